@@ -1,0 +1,65 @@
+"""Fixtures shared by every test: the real Kafka under test and fresh topics.
+
+Broker variants (`kafka4-tv2` default, `kafka4-tv0`, `kafka3.9`) run one after another, never at once:
+the `broker` fixture is session-scoped and parametrized, and pytest groups tests by its parameter, tearing
+one broker down before it starts the next.
+
+- default: every test on `kafka4-tv2`, plus tests marked `all_variants` on every variant;
+- `TWOPC_MATRIX=full` (the full matrix, `make`-free: see README): every test on every variant;
+- `TWOPC_BROKER_VARIANTS=kafka3.9,...` picks variants; `TWOPC_BOOTSTRAP_SERVERS` uses an existing cluster.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from twopc.testing.brokers import KafkaUnderTest, requested_variants, start_kafka
+
+_startup_times: list[tuple[str, float]] = []
+
+
+def _full_matrix() -> bool:
+    return os.environ.get("TWOPC_MATRIX", "") == "full"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "all_variants: also run on every broker variant by default")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "broker" in metafunc.fixturenames:
+        every = _full_matrix() or metafunc.definition.get_closest_marker("all_variants") is not None
+        variants = requested_variants(every)
+        metafunc.parametrize("broker", variants, indirect=True, scope="session", ids=variants)
+
+
+@pytest.fixture(scope="session")
+def broker(request: pytest.FixtureRequest) -> Iterator[KafkaUnderTest]:
+    """A real Kafka (see module doc); its start-up time is printed in the test summary."""
+    under_test = start_kafka(request.param)
+    if under_test.startup_seconds is not None:
+        _startup_times.append((under_test.variant, under_test.startup_seconds))
+    yield under_test
+    under_test.stop()
+
+
+@pytest.fixture
+def make_topic(broker: KafkaUnderTest) -> Callable[..., str]:
+    """Create a fresh, uniquely named topic: `make_topic(partitions=4, config={...})`."""
+    return broker.create_topic
+
+
+@pytest.fixture
+def topic(broker: KafkaUnderTest) -> str:
+    """A fresh 4-partition topic."""
+    return broker.create_topic(4)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _startup_times:
+        terminalreporter.section("Kafka broker start-up (measured, not asserted)")
+        for variant, seconds in _startup_times:
+            terminalreporter.write_line(f"{variant}: {seconds:.1f} s")

@@ -1,0 +1,47 @@
+"""`twopc txn ...` end to end against the real broker, through the CLI's own entry point."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.control.helpers import open_txn, read_committed
+from twopc.cli import main
+from twopc.testing.brokers import KafkaUnderTest
+
+pytestmark = pytest.mark.integration
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, object]:
+    code = main(list(argv))
+    out = capsys.readouterr().out
+    return code, json.loads(out) if "--json" in argv else out
+
+
+def test_describe_list_commit_fence(broker: KafkaUnderTest, topic: str,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    b = broker.bootstrap_servers
+    txn = open_txn(b, topic, tid="cli-open-1")
+    code, described = run(capsys, "txn", "describe", "-b", b, "--json", txn.transactional_id)
+    assert code == 0 and isinstance(described, list)
+    assert described[0]["state"] == "Ongoing"
+    assert described[0]["producer_id"] == txn.producer_id
+    code, listed = run(capsys, "txn", "list", "-b", b, "--prefix", "cli-open-", "--json")
+    assert code == 0 and isinstance(listed, list)
+    assert [r["transactional_id"] for r in listed] == ["cli-open-1"]
+    code, ended = run(capsys, "txn", "commit", "-b", b, txn.transactional_id, "--producer-id",
+                      str(txn.producer_id), "--epoch", str(txn.epoch), "--json")
+    assert code == 0 and isinstance(ended, dict) and ended["kind"] == "committed"
+    assert len(read_committed(b, topic)) == 20
+    code, fenced = run(capsys, "txn", "fence", "-b", b, txn.transactional_id, "--json")
+    assert code == 0 and isinstance(fenced, list) and fenced[0]["epoch"] == txn.epoch + 1
+    # A commit with the old epoch now cannot be confirmed: exit code 3, "unconfirmed".
+    code, text = run(capsys, "txn", "commit", "-b", b, txn.transactional_id, "--producer-id",
+                     str(txn.producer_id), "--epoch", str(txn.epoch))
+    assert code == 3 and "unconfirmed" in str(text)
+
+
+def test_bad_input_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["txn", "describe", "-b", "nohostport", "x"]) == 1
+    assert "HOST:PORT" in capsys.readouterr().err

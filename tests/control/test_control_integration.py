@@ -1,0 +1,216 @@
+"""The control client against a real broker: finishing transactions that another process opened.
+
+Each producer runs in its own process and leaves with os._exit after flush (no close(), no EndTxn).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from tests.control.helpers import OpenTxn, open_txn, read_committed, settled_log_check
+from twopc.control import (
+    ControlClient,
+    EndTxnRequest,
+    LogOutcome,
+    OutcomeKind,
+    TxnState,
+    UnknownReason,
+)
+from twopc.testing.brokers import KafkaUnderTest
+
+pytestmark = pytest.mark.integration
+
+COUNT = 20
+TOPIC_CODEC = {"none": "uncompressed", "lz4": "lz4", "zstd": "zstd"}
+
+
+@pytest.fixture
+def client(broker: KafkaUnderTest) -> Iterator[ControlClient]:
+    with ControlClient(broker.config()) as c:
+        yield c
+
+
+def end(client: ControlClient, txn: OpenTxn, commit: bool) -> OutcomeKind:
+    req = EndTxnRequest(txn.transactional_id, txn.producer_id, txn.epoch, commit)
+    return client.end_txns([req])[txn.transactional_id].kind
+
+
+@pytest.mark.all_variants
+@pytest.mark.parametrize("compression", ["none", "lz4", "zstd"])
+def test_commit_of_a_dropped_producer_is_visible_and_logged(
+        broker: KafkaUnderTest, make_topic: Callable[..., str], client: ControlClient,
+        compression: str) -> None:
+    # librdkafka sends tiny batches uncompressed when that is smaller; the topic's own
+    # compression.type makes the broker store them compressed whatever the producer sent.
+    topic = make_topic(partitions=2, config={"compression.type": TOPIC_CODEC[compression]})
+    txn = open_txn(broker.bootstrap_servers, topic, count=COUNT, compression=compression)
+    assert end(client, txn, commit=True) is OutcomeKind.COMMITTED
+    assert sorted(read_committed(broker.bootstrap_servers, topic)) == sorted(
+        f"r-{i}" for i in range(COUNT))
+    check = settled_log_check(client, topic, txn)
+    assert check.outcome is LogOutcome.COMMITTED, check.describe()
+    assert check.probe is not None and check.probe.first_batch is not None
+    assert check.probe.first_batch.compression == {"none": 0, "lz4": 3, "zstd": 4}[compression]
+
+
+@pytest.mark.all_variants
+@pytest.mark.parametrize("compression", ["none", "zstd"])
+def test_abort_of_a_dropped_producer_hides_everything(
+        broker: KafkaUnderTest, make_topic: Callable[..., str], client: ControlClient,
+        compression: str) -> None:
+    topic = make_topic(partitions=2, config={"compression.type": TOPIC_CODEC[compression]})
+    txn = open_txn(broker.bootstrap_servers, topic, count=COUNT, compression=compression)
+    assert end(client, txn, commit=False) is OutcomeKind.ABORTED
+    assert read_committed(broker.bootstrap_servers, topic) == []
+    check = settled_log_check(client, topic, txn)
+    assert check.outcome is LogOutcome.ABORTED, check.describe()
+    assert check.probe is not None and check.probe.first_batch is not None
+    assert check.probe.first_batch.compression == {"none": 0, "zstd": 4}[compression]
+
+
+@pytest.mark.all_variants
+def test_commit_twice_is_already_committed(broker: KafkaUnderTest, topic: str,
+                                           client: ControlClient) -> None:
+    txn = open_txn(broker.bootstrap_servers, topic)
+    assert end(client, txn, commit=True) is OutcomeKind.COMMITTED
+    assert end(client, txn, commit=True) is OutcomeKind.ALREADY_COMMITTED
+
+
+@pytest.mark.all_variants
+def test_commit_after_timeout_is_never_success_and_the_log_says_aborted(
+        broker: KafkaUnderTest, topic: str, client: ControlClient) -> None:
+    txn = open_txn(broker.bootstrap_servers, topic, timeout_ms=2000)
+    # Wait (bounded) for the coordinator's abort sweep to end the transaction.
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        d = client.describe_transactions([txn.transactional_id])[txn.transactional_id]
+        if (d.state is not TxnState.ONGOING and not d.state.aborting) or (
+                d.state is TxnState.COMPLETE_ABORT):
+            break
+        time.sleep(0.25)
+    assert d.state is not TxnState.ONGOING, "the broker never aborted the timed-out transaction"
+    out = client.end_txns([EndTxnRequest(txn.transactional_id, txn.producer_id, txn.epoch,
+                                         True)])[txn.transactional_id]
+    assert not out.committed, out
+    assert out.kind in (OutcomeKind.UNCONFIRMED, OutcomeKind.ALREADY_ABORTED), out
+    check = settled_log_check(client, topic, txn)
+    assert check.outcome is LogOutcome.ABORTED, check.describe()
+    assert read_committed(broker.bootstrap_servers, topic) == []
+
+
+@pytest.mark.all_variants
+def test_commit_after_fence_is_unconfirmed_and_the_log_says_aborted(
+        broker: KafkaUnderTest, topic: str, client: ControlClient) -> None:
+    txn = open_txn(broker.bootstrap_servers, topic)
+    fenced = client.fence([txn.transactional_id])[txn.transactional_id]
+    assert fenced.fenced and (fenced.producer_id, fenced.epoch) != (txn.producer_id, txn.epoch)
+    out = client.end_txns([EndTxnRequest(txn.transactional_id, txn.producer_id, txn.epoch,
+                                         True)])[txn.transactional_id]
+    assert out.kind is OutcomeKind.UNCONFIRMED and out.error in (
+        "PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH"), out
+    check = settled_log_check(client, topic, txn)
+    assert check.outcome is LogOutcome.ABORTED, check.describe()
+
+
+@pytest.mark.all_variants
+def test_committed_then_fenced_is_committed_in_the_log(
+        broker: KafkaUnderTest, topic: str, client: ControlClient) -> None:
+    txn = open_txn(broker.bootstrap_servers, topic)
+    assert end(client, txn, commit=True) is OutcomeKind.COMMITTED
+    assert client.fence([txn.transactional_id])[txn.transactional_id].fenced
+    # The coordinator no longer knows this transaction; a late commit cannot be confirmed...
+    late = client.end_txns([EndTxnRequest(txn.transactional_id, txn.producer_id, txn.epoch,
+                                          True)])[txn.transactional_id]
+    assert late.kind is OutcomeKind.UNCONFIRMED, late
+    # ...but the log still knows.
+    check = settled_log_check(client, topic, txn)
+    assert check.outcome is LogOutcome.COMMITTED, check.describe()
+
+
+def test_deleted_records_make_the_log_check_unknown_with_the_reason(
+        broker: KafkaUnderTest, topic: str, client: ControlClient) -> None:
+    txn = open_txn(broker.bootstrap_servers, topic)
+    assert end(client, txn, commit=True) is OutcomeKind.COMMITTED
+    partition, _ = txn.first
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    beyond = txn.offsets[partition][1] + 1
+    futures = admin.delete_records([TopicPartition(topic, partition, beyond)])
+    for f in futures.values():
+        f.result(30)
+    check = settled_log_check(client, topic, txn)
+    assert check.outcome is LogOutcome.UNKNOWN and check.reason is UnknownReason.BELOW_LOG_START
+    assert "log start" in check.describe()
+
+
+def test_another_producer_or_topic_id_at_the_offset_is_unknown(
+        broker: KafkaUnderTest, topic: str, client: ControlClient) -> None:
+    txn = open_txn(broker.bootstrap_servers, topic)
+    assert end(client, txn, commit=True) is OutcomeKind.COMMITTED
+    partition, first = txn.first
+    other = client.log_check(topic, partition, first, txn.producer_id + 1000, txn.epoch)
+    assert other.reason is UnknownReason.OTHER_PRODUCER
+    wrong_id = "00000000-0000-0000-0000-000000000001"
+    moved = client.log_check(topic, partition, first, txn.producer_id, txn.epoch, wrong_id)
+    assert moved.reason is UnknownReason.TOPIC_CHANGED
+    real_id = client.topic_ids([topic])[topic]
+    same = client.log_check(topic, partition, first, txn.producer_id, txn.epoch, real_id)
+    assert same.outcome is LogOutcome.COMMITTED, same.describe()
+
+
+@pytest.mark.all_variants
+def test_describe_matches_the_producer_and_list_finds_by_prefix(
+        broker: KafkaUnderTest, make_topic: Callable[..., str], client: ControlClient) -> None:
+    topic = make_topic(partitions=2)
+    before_ms = int(time.time() * 1000)
+    mine = [open_txn(broker.bootstrap_servers, topic, timeout_ms=45000,
+                     tid=f"lst-a-{i}-{before_ms}") for i in range(2)]
+    other = open_txn(broker.bootstrap_servers, topic, tid=f"lst-b-{before_ms}")
+    try:
+        d = client.describe_transactions([t.transactional_id for t in mine])
+        for txn in mine:
+            got = d[txn.transactional_id]
+            assert got.state is TxnState.ONGOING
+            assert (got.producer_id, got.producer_epoch) == (txn.producer_id, txn.epoch)
+            assert got.timeout_ms == 45000
+            assert set(got.partitions) == {(topic, p) for p in txn.offsets}
+            # The coordinator's clock and ours are the same machine's here.
+            assert before_ms - 5000 <= got.start_ms <= int(time.time() * 1000) + 5000
+        listed = client.list_transactions(prefix="lst-a-")
+        ids = {t.transactional_id for t in listed}
+        assert {t.transactional_id for t in mine} <= ids
+        assert other.transactional_id not in ids
+        assert all(i.startswith("lst-a-") for i in ids)
+        ongoing = client.list_transactions(prefix="lst-", states=[TxnState.ONGOING])
+        assert other.transactional_id in {t.transactional_id for t in ongoing}
+        unknown = client.describe_transactions(["never-used-id"])["never-used-id"]
+        assert unknown.state is TxnState.UNKNOWN_ID
+    finally:
+        client.fence([t.transactional_id for t in [*mine, other]])
+
+
+def test_unknown_id_and_changed_producer_id_are_typed(
+        broker: KafkaUnderTest, topic: str, client: ControlClient) -> None:
+    kind = client.end_txns([EndTxnRequest("never-used-2", 12345, 0, True)])["never-used-2"].kind
+    assert kind is OutcomeKind.UNKNOWN_ID
+    txn = open_txn(broker.bootstrap_servers, topic)
+    try:
+        wrong = EndTxnRequest(txn.transactional_id, txn.producer_id + 777, txn.epoch, True)
+        out = client.end_txns([wrong])[txn.transactional_id]
+        assert out.kind is OutcomeKind.PRODUCER_ID_CHANGED, out
+    finally:
+        client.fence([txn.transactional_id])
+
+
+def test_many_commits_in_parallel(broker: KafkaUnderTest, topic: str,
+                                  client: ControlClient) -> None:
+    txns = [open_txn(broker.bootstrap_servers, topic, count=3, id_prefix=f"m{i}-")
+            for i in range(8)]
+    outcomes = client.end_txns([EndTxnRequest(t.transactional_id, t.producer_id, t.epoch, True)
+                                for t in txns])
+    assert {o.kind for o in outcomes.values()} == {OutcomeKind.COMMITTED}
+    assert len(read_committed(broker.bootstrap_servers, topic)) == 8 * 3

@@ -1,0 +1,170 @@
+"""Encoders and decoders of the control-plane APIs, against bytes laid out as the broker would."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from twopc.control import messages as m
+from twopc.control.errors import UnsupportedBrokerError
+from twopc.control.messages import ApiKey
+from twopc.control.protocol import Reader, Writer
+
+
+def test_request_headers() -> None:
+    # v1 header for a non-flexible version, v2 (+ empty tag section) for a flexible one.
+    v1 = b"\x00\x1a\x00\x01\x00\x00\x00\x07\x00\x01c"
+    assert m.request_header(ApiKey.END_TXN, 1, 7, "c") == v1
+    assert m.request_header(ApiKey.END_TXN, 3, 7, "c").endswith(b"\x00\x01c\x00")
+
+
+def test_api_versions_answer_uses_header_v0() -> None:
+    body = Writer(True).int16(0).array([(26, 0, 5)], lambda w, t: w.int16(t[0]).int16(t[1])
+                                        .int16(t[2]).tags()).int32(0)
+    feature = Writer(True).array([("transaction.version", 2)], lambda w, f: w.string(f[0])
+                                 .int16(f[1]).int16(0).tags()).getvalue()
+    frame = Writer().int32(9).getvalue() + body.tags({2: feature}).getvalue()
+    corr, reader = m.response_body(ApiKey.API_VERSIONS, 3, frame)
+    resp = m.decode_api_versions(3, reader)
+    assert corr == 9 and resp.versions == {26: (0, 5)}
+    assert resp.finalized_features == {"transaction.version": 2}
+
+
+@given(st.integers(0, 10), st.integers(0, 10))
+def test_end_txn_is_never_negotiated_above_4(low: int, high: int) -> None:
+    if low > high:
+        low, high = high, low
+    try:
+        v = m.negotiate(ApiKey.END_TXN, (low, high), 4)
+    except UnsupportedBrokerError:
+        assert low > 4
+        return
+    assert low <= v <= min(high, 4)
+
+
+def test_negotiation_failures_name_the_api() -> None:
+    with pytest.raises(UnsupportedBrokerError, match="DESCRIBE_TRANSACTIONS"):
+        m.negotiate(ApiKey.DESCRIBE_TRANSACTIONS, None)
+    with pytest.raises(UnsupportedBrokerError, match=r"3\.6"):
+        m.negotiate(ApiKey.FETCH, (0, 11))
+    with pytest.raises(ValueError, match="transaction-version-2"):
+        m.encode_end_txn(5, "t", 1, 0, True)
+
+
+@pytest.mark.parametrize("version", [0, 1, 2, 3, 4])
+def test_end_txn_request_layout(version: int) -> None:
+    flexible = version >= 3
+    r = Reader(m.encode_end_txn(version, "tx-1", 42, 3, True), flexible)
+    assert (r.string(), r.int64(), r.int16(), r.bool()) == ("tx-1", 42, 3, True)
+    r.tags()
+    assert r.remaining == 0
+    answer = Writer(flexible).int32(0).int16(90).tags().getvalue()
+    assert m.decode_end_txn(version, Reader(answer, flexible)) == 90
+
+
+def test_describe_transactions_decoding() -> None:
+    def topic(w: Writer, t: tuple[str, list[int]]) -> None:
+        w.string(t[0]).array(t[1], Writer.int32).tags()
+
+    def entry(w: Writer, _: int) -> None:
+        (w.int16(0).string("tx").string("Ongoing").int32(60000).int64(1234).int64(7).int16(2)
+         .array([("b", [1]), ("a", [3, 0])], topic).tags())
+
+    raw = Writer(True).int32(0).array([0], entry).tags().getvalue()
+    (e,) = m.decode_describe_transactions(0, Reader(raw, True))
+    assert (e.transactional_id, e.state, e.producer_id, e.producer_epoch) == ("tx", "Ongoing", 7, 2)
+    assert (e.timeout_ms, e.start_ms) == (60000, 1234)
+    assert e.partitions == (("a", 0), ("a", 3), ("b", 1))
+
+
+@pytest.mark.parametrize("version", [0, 1, 2])
+def test_list_transactions_request(version: int) -> None:
+    r = Reader(m.encode_list_transactions(version, ["Ongoing"], "^p.*"), True)
+    assert r.array(Reader.string) == ["Ongoing"]
+    assert r.array(Reader.int64) == []
+    if version >= 1:
+        assert r.int64() == -1
+    if version >= 2:
+        assert r.nullable_string() == "^p.*"
+    r.tags()
+    assert r.remaining == 0
+
+
+@pytest.mark.parametrize("version", [3, 4])
+def test_find_coordinator(version: int) -> None:
+    r = Reader(m.encode_find_coordinator(version, ["a"]), True)
+    if version >= 4:
+        assert r.int8() == 1 and r.array(Reader.string) == ["a"]
+        raw = Writer(True).int32(0).array(["a"], lambda w, k: w.string(k).int32(2)
+                                          .string("h").int32(9).int16(0).string(None).tags())
+    else:
+        assert r.string() == "a" and r.int8() == 1
+        raw = Writer(True).int32(0).int16(0).string(None).int32(2).string("h").int32(9)
+    (c,) = m.decode_find_coordinator(version, Reader(raw.tags().getvalue(), True), ["a"])
+    assert (c.key, c.node_id, c.host, c.port, c.error_code) == ("a", 2, "h", 9, 0)
+
+
+@pytest.mark.parametrize("version", [12, 13])
+def test_fetch_round_trip(version: int) -> None:
+    tid = uuid.uuid4()
+    target: str | uuid.UUID = tid if version >= 13 else "topic"
+    req = Reader(m.encode_fetch(version, target, 3, 100, 1024), True)
+    assert [req.int32() for _ in range(4)] == [-1, 0, 1, 1024]
+    assert req.int8() == m.ISOLATION_READ_COMMITTED
+    req.int32(), req.int32()
+    with pytest.raises(ValueError):
+        m.encode_fetch(version, "topic" if version >= 13 else tid, 3, 100, 1024)
+
+    def part(w: Writer, _: int) -> None:
+        # Tagged fields (here TruncationOffset, tag 0) always sit in the trailing tag section.
+        (w.int32(3).int16(0).int64(50).int64(40).int64(10)
+         .array([(7, 99)], lambda a, t: a.int64(t[0]).int64(t[1]).tags())
+         .int32(-1).blob(b"xyz").tags({0: b"\x00" * 8}))
+
+    def topic(w: Writer, _: int) -> None:
+        (w.uuid(tid) if version >= 13 else w.string("topic"))
+        w.array([0], part).tags()
+
+    raw = Writer(True).int32(0).int16(0).int32(0).array([0], topic).tags().getvalue()
+    top, (p,) = m.decode_fetch(version, Reader(raw, True))
+    assert top == 0
+    assert (p.partition, p.high_watermark, p.last_stable_offset, p.log_start_offset) == (3, 50, 40,
+                                                                                          10)
+    assert p.aborted_transactions == ((7, 99),) and p.records == b"xyz"
+
+
+def test_metadata_decoding() -> None:
+    tid = uuid.uuid4()
+
+    def part(w: Writer, i: int) -> None:
+        w.int16(0).int32(i).int32(1).int32(5)
+        for _ in range(3):
+            w.array([1], Writer.int32)
+        w.tags()
+
+    def topic(w: Writer, _: int) -> None:
+        w.int16(0).string("t").uuid(tid).bool(False).array([0, 1], part).int32(0).tags()
+
+    raw = (Writer(True).int32(0)
+           .array([0], lambda w, _: w.int32(1).string("h").int32(9092).string(None).tags())
+           .string("cluster").int32(1).array([0], topic).tags().getvalue())
+    md = m.decode_metadata(12, Reader(raw, True))
+    assert md.brokers[0].port == 9092 and md.topics[0].topic_id == tid
+    assert [p.partition for p in md.topics[0].partitions] == [0, 1]
+    req = Reader(m.encode_metadata(12, ["t"]), True)
+    assert req.array(lambda r: (r.uuid(), r.nullable_string(), r.tags())[1]) == ["t"]
+
+
+def test_init_producer_id_and_sasl() -> None:
+    r = Reader(m.encode_init_producer_id(4, "tx", 60000), True)
+    assert (r.string(), r.int32(), r.int64(), r.int16()) == ("tx", 60000, -1, -1)
+    resp = m.decode_init_producer_id(4, Reader(Writer(True).int32(0).int16(0).int64(8).int16(3)
+                                              .tags().getvalue(), True))
+    assert (resp.producer_id, resp.producer_epoch) == (8, 3)
+    assert Reader(m.encode_sasl_handshake(1, "PLAIN")).string() == "PLAIN"
+    auth = m.decode_sasl_authenticate(2, Reader(Writer(True).int16(58).string("bad").blob(b"")
+                                                .int64(0).tags().getvalue(), True))
+    assert (auth.error_code, auth.error_message) == (58, "bad")

@@ -1,0 +1,16 @@
+"""The embedded Kafka broker: a real Apache Kafka cluster from Maven Central, for demo, tests, benchmarks."""
+
+from twopc.broker.cluster import LocalKafka, free_port
+from twopc.broker.errors import BrokerError, BrokerSetupError, BrokerStartError
+from twopc.broker.spec import DEFAULT_VARIANT, VARIANTS, BrokerSpec
+
+__all__ = [
+    "DEFAULT_VARIANT",
+    "VARIANTS",
+    "BrokerError",
+    "BrokerSetupError",
+    "BrokerSpec",
+    "BrokerStartError",
+    "LocalKafka",
+    "free_port",
+]

@@ -1,0 +1,261 @@
+"""A real Apache Kafka cluster (one node or a few) on this machine, for the demo, tests and benchmarks."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from types import TracebackType
+
+from twopc.broker.artifacts import kafka_classpath
+from twopc.broker.errors import BrokerStartError
+from twopc.broker.node import Node, NodePorts
+from twopc.broker.spec import BrokerSpec
+
+CONTROLLER_ID = 1000  # the dedicated controller of a multi-broker cluster
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class LocalKafka:
+    """Runs `spec` from Maven Central's artifacts in KRaft mode.
+
+    One broker is a combined broker+controller node. Several brokers get a dedicated controller, so
+    that killing any broker (say, a transaction coordinator) leaves the quorum up.
+    """
+
+    def __init__(
+        self,
+        spec: BrokerSpec | None = None,
+        *,
+        data_dir: Path | None = None,
+        port: int | None = None,
+    ) -> None:
+        self.spec = spec or BrokerSpec()
+        self.spec.validate()
+        self._owns_dir = data_dir is None
+        self.data_dir = Path(data_dir or tempfile.mkdtemp(prefix="twopc-kafka-"))
+        self.cluster_id = ""
+        self.nodes: list[Node] = []
+        self.startup_seconds: float | None = None
+        self._first_port = port
+
+    # --- addresses -------------------------------------------------------------------------------
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(f"127.0.0.1:{n.ports.client}" for n in self.brokers)
+
+    @property
+    def sasl_bootstrap_servers(self) -> str:
+        return ",".join(f"127.0.0.1:{n.ports.sasl}" for n in self.brokers if n.ports.sasl)
+
+    @property
+    def brokers(self) -> list[Node]:
+        return [n for n in self.nodes if "broker" in n.roles]
+
+    def broker(self, node_id: int) -> Node:
+        for n in self.brokers:
+            if n.node_id == node_id:
+                return n
+        raise KeyError(f"no broker with node id {node_id}")
+
+    # --- lifecycle -------------------------------------------------------------------------------
+    def start(self, timeout_s: float = 90.0) -> LocalKafka:
+        began = time.monotonic()
+        classpath = kafka_classpath(self.spec.kafka_version)
+        self._plan_nodes()
+        self.cluster_id = str(_random_cluster_id())
+        for node in self.nodes:
+            node.write_config()
+            node.format_storage(
+                classpath, self.cluster_id, self._feature_args(), self._scram_args()
+            )
+        for node in self.nodes:
+            node.launch(classpath, self.spec.heap_mb)
+        try:
+            self.wait_ready(timeout_s)
+        except BaseException:
+            self.kill()
+            raise
+        self.startup_seconds = time.monotonic() - began
+        return self
+
+    def wait_ready(self, timeout_s: float = 90.0) -> None:
+        """Return once every broker answers Metadata and sees all its peers."""
+        from confluent_kafka.admin import AdminClient
+
+        deadline = time.monotonic() + timeout_s
+        last_error = ""
+        while time.monotonic() < deadline:
+            dead = [n for n in self.nodes if not n.alive()]
+            if dead:
+                raise BrokerStartError(
+                    f"Kafka node {dead[0].node_id} exited during start-up:\n{dead[0].log_tail()}"
+                )
+            if all(_port_open(n.ports.client) for n in self.brokers):
+                try:
+                    admin = AdminClient({"bootstrap.servers": self.bootstrap_servers})
+                    md = admin.list_topics(timeout=2)
+                    if len(md.brokers) >= len(self.brokers):
+                        return
+                    last_error = f"{len(md.brokers)} of {len(self.brokers)} brokers registered"
+                except Exception as exc:  # the broker is still coming up; say why if it never does
+                    last_error = str(exc)
+            time.sleep(0.2)
+        tails = "\n".join(n.log_tail() for n in self.nodes)
+        raise BrokerStartError(f"Kafka did not answer in {timeout_s:.0f}s ({last_error}):\n{tails}")
+
+    def kill(self, node_id: int | None = None) -> None:
+        """SIGKILL one broker, or every node."""
+        targets = [self.broker(node_id)] if node_id is not None else self.nodes
+        for node in targets:
+            node.kill()
+
+    def restart(self, node_id: int | None = None, timeout_s: float = 90.0) -> None:
+        """Start killed or stopped nodes again on their existing data (no re-format)."""
+        classpath = kafka_classpath(self.spec.kafka_version)
+        targets = [self.broker(node_id)] if node_id is not None else self.nodes
+        for node in targets:
+            if not node.alive():
+                node.launch(classpath, self.spec.heap_mb)
+        self.wait_ready(timeout_s)
+
+    def stop(self, remove_data: bool = True) -> None:
+        # Brokers before the controller, so that their controlled shutdown has a quorum to talk to.
+        for node in sorted(self.nodes, key=lambda n: "broker" not in n.roles):
+            node.stop()
+        if remove_data and self._owns_dir:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+        elif remove_data:
+            for node in self.nodes:
+                shutil.rmtree(node.data_dir, ignore_errors=True)
+
+    def __enter__(self) -> LocalKafka:
+        return self.start()
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    # --- configuration ---------------------------------------------------------------------------
+    def _plan_nodes(self) -> None:
+        n = self.spec.brokers
+        sasl = bool(self.spec.sasl_users)
+        first = self._first_port
+        if n == 1:
+            client = first or free_port()
+            ports = NodePorts(client, free_port(), free_port() if sasl else None)
+            voters = f"1@127.0.0.1:{ports.controller}"
+            self.nodes = [Node(1, "broker,controller", ports, self.data_dir / "node-1", {})]
+        else:
+            ctl = NodePorts(free_port(), free_port(), None)
+            voters = f"{CONTROLLER_ID}@127.0.0.1:{ctl.controller}"
+            self.nodes = [Node(CONTROLLER_ID, "controller", ctl, self.data_dir / "controller", {})]
+            for i in range(1, n + 1):
+                client = first + i - 1 if first and i == 1 else free_port()
+                ports = NodePorts(client, None, free_port() if sasl else None)
+                self.nodes.append(Node(i, "broker", ports, self.data_dir / f"node-{i}", {}))
+        for node in self.nodes:
+            node.properties = self._properties(node, voters)
+
+    def _properties(self, node: Node, voters: str) -> dict[str, str]:
+        rf = min(3, self.spec.brokers)
+        p: dict[str, str] = {
+            "process.roles": node.roles,
+            "node.id": str(node.node_id),
+            "controller.quorum.voters": voters,
+            "controller.listener.names": "CONTROLLER",
+            "log.dirs": str(node.data_dir / "logs"),
+            "num.partitions": "1",
+            "auto.create.topics.enable": "false",
+            "offsets.topic.replication.factor": str(rf),
+            "offsets.topic.num.partitions": "1",
+            "transaction.state.log.replication.factor": str(rf),
+            "transaction.state.log.min.isr": str(max(1, rf - 1)),
+            "transaction.state.log.num.partitions": "1" if rf == 1 else "3",
+            "share.coordinator.state.topic.replication.factor": str(rf),
+            "share.coordinator.state.topic.min.isr": str(max(1, rf - 1)),
+            "default.replication.factor": str(rf),
+            "min.insync.replicas": "1",
+            "group.initial.rebalance.delay.ms": "0",
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms": str(
+                self.spec.abort_sweep_ms
+            ),
+            "delete.topic.enable": "true",
+        }
+        listeners: list[str] = []
+        protocols = {"CONTROLLER": "PLAINTEXT", "PLAINTEXT": "PLAINTEXT"}
+        advertised: list[str] = []
+        if "broker" in node.roles:
+            listeners.append(f"PLAINTEXT://127.0.0.1:{node.ports.client}")
+            advertised.append(f"PLAINTEXT://127.0.0.1:{node.ports.client}")
+            p["inter.broker.listener.name"] = "PLAINTEXT"
+        if node.ports.controller is not None:
+            listeners.append(f"CONTROLLER://127.0.0.1:{node.ports.controller}")
+        if node.ports.sasl is not None:
+            listeners.append(f"SASL_PLAINTEXT://127.0.0.1:{node.ports.sasl}")
+            advertised.append(f"SASL_PLAINTEXT://127.0.0.1:{node.ports.sasl}")
+            protocols["SASL_PLAINTEXT"] = "SASL_PLAINTEXT"
+            p.update(self._sasl_properties())
+        p["listeners"] = ",".join(listeners)
+        if advertised:
+            p["advertised.listeners"] = ",".join(advertised)
+        p["listener.security.protocol.map"] = ",".join(f"{k}:{v}" for k, v in protocols.items())
+        p.update(self.spec.extra_properties)
+        return p
+
+    def _sasl_properties(self) -> dict[str, str]:
+        users = " ".join(f'user_{u}="{pw}"' for u, pw in self.spec.sasl_users.items())
+        prefix = "listener.name.sasl_plaintext"
+        return {
+            "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+            f"{prefix}.plain.sasl.jaas.config": (
+                f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};"
+            ),
+            f"{prefix}.scram-sha-256.sasl.jaas.config": (
+                "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+            ),
+            f"{prefix}.scram-sha-512.sasl.jaas.config": (
+                "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+            ),
+        }
+
+    def _feature_args(self) -> list[str]:
+        if self.spec.major < 4:
+            return []
+        return ["--feature", f"transaction.version={self.spec.effective_transaction_version()}"]
+
+    def _scram_args(self) -> list[str]:
+        # SCRAM credentials live in the cluster metadata: KRaft writes them at format time.
+        args: list[str] = []
+        for user, pw in self.spec.sasl_users.items():
+            for mech in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+                args += ["--add-scram", f"{mech}=[name={user},password={pw}]"]
+        return args
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.2)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _random_cluster_id() -> str:
+    # A KRaft cluster id is a base64url-encoded UUID without padding (what `random-uuid` prints).
+    import base64
+
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def java_version() -> str:
+    proc = subprocess.run(["java", "-version"], capture_output=True, text=True, check=False)
+    return (proc.stderr or proc.stdout).splitlines()[0] if proc.returncode == 0 else "unknown"

@@ -1,0 +1,18 @@
+"""`python -m twopc.broker.prefetch`: resolve every broker variant's jars now (setup and CI do this once)."""
+
+from __future__ import annotations
+
+import sys
+
+from twopc.broker.artifacts import kafka_classpath
+from twopc.broker.spec import VARIANTS
+
+
+def main() -> int:
+    for version in sorted({spec.kafka_version for spec in VARIANTS.values()}):
+        print(f"Apache Kafka {version}: {kafka_classpath(version)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

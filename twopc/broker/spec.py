@@ -1,0 +1,60 @@
+"""What broker to run: Kafka release, transaction version, listeners, and the named test variants."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+DEFAULT_KAFKA_VERSION = "4.3.1"
+KAFKA3_VERSION = "3.9.2"
+
+
+@dataclass(frozen=True)
+class BrokerSpec:
+    """A single-node or small KRaft cluster of real Apache Kafka brokers.
+
+    `transaction_version` selects the transaction protocol the cluster runs (KIP-890): 2 is the
+    default of a new 4.x cluster; 0 keeps the old protocol; 3.x brokers only have 0.
+    """
+
+    kafka_version: str = DEFAULT_KAFKA_VERSION
+    transaction_version: int | None = None
+    brokers: int = 1
+    heap_mb: int = 512
+    # Short sweeps so that timed-out transactions are aborted within about a second in tests.
+    abort_sweep_ms: int = 1000
+    # user -> password; adds a SASL_PLAINTEXT listener offering PLAIN and SCRAM-SHA-256/512.
+    sasl_users: Mapping[str, str] = field(default_factory=dict)
+    extra_properties: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def major(self) -> int:
+        return int(self.kafka_version.split(".")[0])
+
+    def effective_transaction_version(self) -> int:
+        if self.transaction_version is not None:
+            return self.transaction_version
+        return 2 if self.major >= 4 else 0
+
+    def validate(self) -> None:
+        from twopc.broker.errors import BrokerSetupError
+
+        tv = self.effective_transaction_version()
+        if tv not in (0, 2):
+            raise BrokerSetupError(f"transaction version must be 0 or 2, not {tv}")
+        if tv == 2 and self.major < 4:
+            raise BrokerSetupError(
+                f"Kafka {self.kafka_version} has no transaction version 2 (it came with 4.0): "
+                "use --transaction-version 0 or a 4.x release"
+            )
+        if self.brokers < 1:
+            raise BrokerSetupError("a cluster needs at least one broker")
+
+
+# The broker variants the test matrix runs, one after another (two cores: never at once).
+VARIANTS: dict[str, BrokerSpec] = {
+    "kafka4-tv2": BrokerSpec(DEFAULT_KAFKA_VERSION, 2),
+    "kafka4-tv0": BrokerSpec(DEFAULT_KAFKA_VERSION, 0),
+    "kafka3.9": BrokerSpec(KAFKA3_VERSION, 0),
+}
+DEFAULT_VARIANT = "kafka4-tv2"

@@ -1,0 +1,52 @@
+"""twopc's control client: a small Kafka wire-protocol client that finishes, inspects and fences
+transactions other processes opened (the data path stays on confluent-kafka)."""
+
+from twopc.control.client import BrokerVersionHint, ControlClient
+from twopc.control.errors import (
+    AuthenticationError,
+    BrokerConnectionError,
+    ConfigError,
+    ControlError,
+    KafkaApiError,
+    NotAuthorizedError,
+    ProtocolError,
+    RetriesExhaustedError,
+    UnsupportedBrokerError,
+)
+from twopc.control.logcheck import FetchProbe, LogCheckResult, LogOutcome, UnknownReason
+from twopc.control.outcomes import (
+    EndTxnOutcome,
+    EndTxnRequest,
+    FenceResult,
+    OutcomeKind,
+    TransactionDescription,
+    TransactionListing,
+    TxnState,
+)
+from twopc.control.records import BatchHeader
+
+__all__ = [
+    "AuthenticationError",
+    "BatchHeader",
+    "BrokerConnectionError",
+    "BrokerVersionHint",
+    "ConfigError",
+    "ControlClient",
+    "ControlError",
+    "EndTxnOutcome",
+    "EndTxnRequest",
+    "FenceResult",
+    "FetchProbe",
+    "KafkaApiError",
+    "LogCheckResult",
+    "LogOutcome",
+    "NotAuthorizedError",
+    "OutcomeKind",
+    "ProtocolError",
+    "RetriesExhaustedError",
+    "TransactionDescription",
+    "TransactionListing",
+    "TxnState",
+    "UnknownReason",
+    "UnsupportedBrokerError",
+]

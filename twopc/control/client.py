@@ -1,0 +1,421 @@
+"""ControlClient: finish, inspect and fence Kafka transactions that other processes opened.
+
+A synchronous facade over an asyncio loop on one background thread. Requests to the same broker are
+pipelined over a small pool of reused connections; a batch of EndTxn goes out all at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from collections.abc import Coroutine, Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, TypeVar
+
+from twopc.control import errors as e
+from twopc.control import messages as m
+from twopc.control.cluster import Backoff, Cluster, gather_dict
+from twopc.control.config import settings_from_config
+from twopc.control.errors import BrokerConnectionError, KafkaApiError, RetriesExhaustedError
+from twopc.control.logcheck import FetchProbe, LogCheckResult, LogOutcome, UnknownReason, decide
+from twopc.control.messages import ApiKey
+from twopc.control.outcomes import (
+    EndTxnOutcome,
+    EndTxnRequest,
+    FenceResult,
+    OutcomeKind,
+    TransactionDescription,
+    TransactionListing,
+    TxnState,
+    classify_end_txn,
+)
+from twopc.control.records import batch_headers
+
+T = TypeVar("T")
+END_TXN_MAX_VERSION = 4
+# Small on purpose: the broker still returns the whole first batch (KIP-74), and only its header
+# is read.
+_PROBE_MAX_BYTES = 1024
+
+
+@dataclass(frozen=True)
+class BrokerVersionHint:
+    """What the offered API versions say about the broker release (there is no version API)."""
+
+    at_least: str
+    transaction_version: int
+    two_phase_commit_offered: bool  # InitProducerId v6 (KIP-939) offered
+
+    @property
+    def supported(self) -> bool:
+        return self.at_least != "<3.6"
+
+    def __str__(self) -> str:
+        return (f"Apache Kafka {self.at_least} (transaction.version={self.transaction_version}"
+                f"{', KIP-939 offered' if self.two_phase_commit_offered else ''})")
+
+
+def version_hint(versions: Mapping[int, tuple[int, int]],
+                 features: Mapping[str, int]) -> BrokerVersionHint:
+    def top(key: int) -> int:
+        return versions.get(key, (0, -1))[1]
+
+    if top(ApiKey.LIST_TRANSACTIONS) >= 2:
+        at_least = ">=4.1"
+    elif top(ApiKey.END_TXN) >= 5:
+        at_least = ">=4.0"
+    elif top(ApiKey.LIST_TRANSACTIONS) >= 1:
+        at_least = ">=3.8"
+    elif top(24) >= 4:  # AddPartitionsToTxn v4 (KIP-890 part 1) came with 3.6
+        at_least = ">=3.6"
+    else:
+        at_least = "<3.6"
+    return BrokerVersionHint(at_least, features.get("transaction.version", 0),
+                             top(ApiKey.INIT_PRODUCER_ID) >= 6)
+
+
+def _prefix_pattern(prefix: str) -> str:
+    # Escape every non-alphanumeric ASCII character: valid in both Java regex and RE2.
+    body = "".join(c if c.isalnum() or ord(c) > 127 else "\\" + c for c in prefix)
+    return f"^{body}.*"
+
+
+class ControlClient:
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        self._settings = settings_from_config(config)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="twopc-control",
+                                        daemon=True)
+        self._thread.start()
+        self._cluster = self._call(self._make_cluster())
+        self._closed = False
+
+    async def _make_cluster(self) -> Cluster:
+        return Cluster(self._settings)
+
+    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
+        if getattr(self, "_closed", False):
+            coro.close()
+            raise e.ControlError("this ControlClient is closed")
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    # --- lifecycle -----------------------------------------------------------------------
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._call(self._cluster.close())
+        self._closed = True
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)
+        if not self._thread.is_alive():
+            self._loop.close()
+
+    def __enter__(self) -> ControlClient:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    # --- broker facts --------------------------------------------------------------------
+
+    def api_versions(self) -> dict[int, tuple[int, int]]:
+        async def run() -> dict[int, tuple[int, int]]:
+            return dict((await self._cluster.any_connection()).api_versions)
+        return self._call(run())
+
+    def broker_version_hint(self) -> BrokerVersionHint:
+        async def run() -> BrokerVersionHint:
+            conn = await self._cluster.any_connection()
+            return version_hint(conn.api_versions, conn.finalized_features)
+        return self._call(run())
+
+    def require_supported_broker(self) -> BrokerVersionHint:
+        hint = self.broker_version_hint()
+        if not hint.supported:
+            raise e.UnsupportedBrokerError(
+                f"the broker looks older than Apache Kafka 3.6 ({hint}); before 3.6 a late "
+                "produce request can leave a transaction hanging (KIP-890): upgrade the brokers")
+        return hint
+
+    def topic_ids(self, topics: Sequence[str]) -> dict[str, str]:
+        async def run() -> dict[str, str]:
+            resp = await self._cluster.refresh_metadata(list(topics))
+            out: dict[str, str] = {}
+            for t in resp.topics:
+                if t.error_code != 0:
+                    raise e.api_error(t.error_code, f"metadata of topic {t.name!r}")
+                if t.name is not None:
+                    out[t.name] = str(t.topic_id)
+            return out
+        return self._call(run())
+
+    # --- describe and list ---------------------------------------------------------------
+
+    def describe_transactions(self, ids: Sequence[str]) -> dict[str, TransactionDescription]:
+        return self._call(self._describe(list(dict.fromkeys(ids))))
+
+    async def _describe(self, ids: list[str]) -> dict[str, TransactionDescription]:
+        out: dict[str, TransactionDescription] = {}
+        todo = ids
+        backoff = Backoff(self._settings)
+        last = 0
+        while todo:
+            by_node: dict[int, list[str]] = {}
+            for tid, node in (await self._cluster.coordinators(todo)).items():
+                by_node.setdefault(node, []).append(tid)
+            replies = await asyncio.gather(
+                *(self._describe_at(node, batch) for node, batch in by_node.items()),
+                return_exceptions=True)
+            retry: list[str] = []
+            for (node, batch), reply in zip(by_node.items(), replies, strict=True):
+                if isinstance(reply, BrokerConnectionError):
+                    self._cluster.drop_node(node)
+                    retry += batch
+                    last = 13
+                    continue
+                if isinstance(reply, BaseException):
+                    raise reply
+                for entry in reply:
+                    if entry.error_code in e.COORDINATOR_RETRIABLE:
+                        self._cluster.forget_coordinator(entry.transactional_id)
+                        retry.append(entry.transactional_id)
+                        last = entry.error_code
+                    elif entry.error_code == e.ERROR_CODES["TRANSACTIONAL_ID_NOT_FOUND"]:
+                        out[entry.transactional_id] = TransactionDescription(
+                            entry.transactional_id, TxnState.UNKNOWN_ID, -1, -1, -1, -1, (),
+                            entry.error_code, node)
+                    elif entry.error_code != 0:
+                        raise e.api_error(entry.error_code,
+                                          f"DescribeTransactions of {entry.transactional_id!r}")
+                    else:
+                        out[entry.transactional_id] = TransactionDescription(
+                            entry.transactional_id, TxnState.parse(entry.state),
+                            entry.producer_id, entry.producer_epoch, entry.timeout_ms,
+                            entry.start_ms, entry.partitions, 0, node)
+            todo = retry
+            if todo and not await backoff.wait():
+                raise RetriesExhaustedError(last, f"DescribeTransactions of {todo[:3]}")
+        return {tid: out[tid] for tid in ids}
+
+    async def _describe_at(self, node: int, ids: list[str]) -> list[m.TxnStateEntry]:
+        conn = await self._cluster.connection(node)
+        version = conn.version(ApiKey.DESCRIBE_TRANSACTIONS)
+        reader = await conn.request(ApiKey.DESCRIBE_TRANSACTIONS, version,
+                                    m.encode_describe_transactions(version, ids))
+        return m.decode_describe_transactions(version, reader)
+
+    def list_transactions(self, prefix: str | None = None,
+                          states: Sequence[TxnState] = ()) -> list[TransactionListing]:
+        """Transactions known to every coordinator, optionally those whose id starts with `prefix`
+        and whose state is one of `states`."""
+        return self._call(self._list(prefix, [s.value for s in states]))
+
+    async def _list(self, prefix: str | None, states: list[str]) -> list[TransactionListing]:
+        await self._cluster.refresh_metadata()
+        nodes = sorted(self._cluster.brokers)
+        replies = await asyncio.gather(*(self._list_at(n, prefix, states) for n in nodes))
+        seen: dict[str, TransactionListing] = {}
+        for node, resp in zip(nodes, replies, strict=True):
+            for tid, pid, state in resp.transactions:
+                if prefix is not None and not tid.startswith(prefix):
+                    continue  # old brokers cannot filter by id: filter here
+                seen[tid] = TransactionListing(tid, pid, TxnState.parse(state), node)
+        return sorted(seen.values(), key=lambda t: t.transactional_id)
+
+    async def _list_at(self, node: int, prefix: str | None,
+                       states: list[str]) -> m.ListTransactionsResponse:
+        backoff = Backoff(self._settings)
+        while True:
+            conn = await self._cluster.connection(node)
+            version = conn.version(ApiKey.LIST_TRANSACTIONS)
+            pattern = _prefix_pattern(prefix) if prefix and version >= 2 else None
+            resp = m.decode_list_transactions(version, await conn.request(
+                ApiKey.LIST_TRANSACTIONS, version,
+                m.encode_list_transactions(version, states, pattern)))
+            if resp.error_code == 0:
+                return resp
+            if resp.error_code not in e.COORDINATOR_RETRIABLE or not await backoff.wait():
+                raise e.api_error(resp.error_code, f"ListTransactions at broker {node}")
+
+    # --- ending and fencing --------------------------------------------------------------
+
+    def end_txns(self, requests: Sequence[EndTxnRequest],
+                 precheck: bool = True) -> dict[str, EndTxnOutcome]:
+        """Commit or abort each transaction with its recorded producer id and epoch, all in
+        parallel. With `precheck`, one DescribeTransactions per coordinator first tells a retry
+        ("already committed") from a first commit; it never changes what is sent."""
+        ids = [r.transactional_id for r in requests]
+        if len(set(ids)) != len(ids):
+            raise ValueError("end_txns: each transactional id may appear only once")
+        return self._call(self._end_all(list(requests), precheck))
+
+    async def _end_all(self, requests: list[EndTxnRequest],
+                       precheck: bool) -> dict[str, EndTxnOutcome]:
+        prior: dict[str, TransactionDescription] = {}
+        if precheck and requests:
+            try:
+                prior = await self._describe([r.transactional_id for r in requests])
+            except e.ControlError:
+                prior = {}  # only labels depend on it; EndTxn itself decides
+        else:
+            await self._cluster.coordinators([r.transactional_id for r in requests])
+        return await gather_dict({
+            r.transactional_id: self._end_one(r, prior.get(r.transactional_id))
+            for r in requests})
+
+    async def _end_one(self, req: EndTxnRequest,
+                       prior: TransactionDescription | None) -> EndTxnOutcome:
+        tid = req.transactional_id
+        code = await self._coordinator_call(tid, lambda v: m.encode_end_txn(
+            v, tid, req.producer_id, req.epoch, req.commit), m.decode_end_txn,
+            ApiKey.END_TXN, END_TXN_MAX_VERSION)
+        return classify_end_txn(req, code, prior)
+
+    async def _coordinator_call(self, tid: str, encode: Any, decode: Any, api: ApiKey,
+                                ceiling: int | None = None) -> Any:
+        """One request to `tid`'s coordinator, retried while the coordinator moves or loads, or
+        answers CONCURRENT_TRANSACTIONS. Returns the error code (or decoded response) of the
+        last answer; an exhausted budget returns that retriable code for the caller to classify."""
+        backoff = Backoff(self._settings)
+        while True:
+            try:
+                node = (await self._cluster.coordinators([tid]))[tid]
+                conn = await self._cluster.connection(node)
+                version = conn.version(api, ceiling)
+                result = decode(version, await conn.request(api, version, encode(version)))
+            except BrokerConnectionError:
+                # The coordinator may be down: look it up again. Ending a transaction twice is
+                # safe (a retry of the same ending answers NONE).
+                self._cluster.forget_coordinator(tid)
+                self._cluster.brokers.clear()
+                result = None
+                code = e.ERROR_CODES["NETWORK_EXCEPTION"]
+            except RetriesExhaustedError as exc:
+                return exc.code if api == ApiKey.END_TXN else _raise(exc)
+            else:
+                code = result if isinstance(result, int) else result.error_code
+            if code in e.COORDINATOR_RETRIABLE:
+                self._cluster.forget_coordinator(tid)
+            if code not in e.COORDINATOR_RETRIABLE and code not in e.RETRY_SAME:
+                return result
+            if not await backoff.wait():
+                return code if result is None or isinstance(result, int) else result
+
+    def fence(self, ids: Sequence[str], timeout_ms: int = 60000) -> dict[str, FenceResult]:
+        """InitProducerId on each id: bumps its epoch, aborts its open transaction, and stops any
+        producer still holding it from writing again. The coordinator forgets the fenced
+        transaction's outcome; the log still holds it (see log_check)."""
+        return self._call(self._fence_all(list(dict.fromkeys(ids)), timeout_ms))
+
+    async def _fence_all(self, ids: list[str], timeout_ms: int) -> dict[str, FenceResult]:
+        await self._cluster.coordinators(ids)
+        return await gather_dict({tid: self._fence_one(tid, timeout_ms) for tid in ids})
+
+    async def _fence_one(self, tid: str, timeout_ms: int) -> FenceResult:
+        resp = await self._coordinator_call(
+            tid, lambda v: m.encode_init_producer_id(v, tid, timeout_ms),
+            m.decode_init_producer_id, ApiKey.INIT_PRODUCER_ID)
+        if isinstance(resp, int):
+            return FenceResult(tid, -1, -1, e.error_name(resp))
+        if resp.error_code != 0:
+            return FenceResult(tid, -1, -1, e.error_name(resp.error_code))
+        return FenceResult(tid, resp.producer_id, resp.producer_epoch)
+
+    # --- the log ---------------------------------------------------------------------------
+
+    def fetch_at(self, topic: str, partition: int, offset: int,
+                 topic_id: str | None = None) -> FetchProbe:
+        return self._call(self._fetch_at(topic, partition, offset,
+                                         uuid.UUID(topic_id) if topic_id else None))
+
+    async def _fetch_at(self, topic: str, partition: int, offset: int,
+                        topic_id: uuid.UUID | None) -> FetchProbe:
+        backoff = Backoff(self._settings)
+        while True:
+            try:
+                node = await self._cluster.leader(topic, partition)
+                conn = await self._cluster.connection(node)
+                version = conn.version(ApiKey.FETCH, None if topic_id else 12)
+                target: str | uuid.UUID = topic_id if version >= 13 and topic_id else topic
+                body = m.encode_fetch(version, target, partition, offset, _PROBE_MAX_BYTES)
+                top, parts = m.decode_fetch(version, await conn.request(ApiKey.FETCH, version,
+                                                                         body))
+                code = top if top != 0 else (parts[0].error_code if parts else 0)
+            except BrokerConnectionError:
+                self._cluster.forget_leader(topic, partition)
+                self._cluster.brokers.clear()
+                code, parts = e.ERROR_CODES["NETWORK_EXCEPTION"], []
+            if code in e.LEADER_RETRIABLE or code == e.ERROR_CODES["NETWORK_EXCEPTION"]:
+                self._cluster.forget_leader(topic, partition)
+                if await backoff.wait():
+                    continue
+            break
+        p = parts[0] if parts else None
+        headers = batch_headers(p.records) if p is not None and p.records else []
+        lso = p.last_stable_offset if p else -1
+        hw = p.high_watermark if p else -1
+        log_start = p.log_start_offset if p else -1
+        if code == e.ERROR_CODES["OFFSET_OUT_OF_RANGE"]:
+            # An out-of-range answer carries no offsets: ask where the log starts and ends.
+            log_start = await self._list_offset(topic, partition, m.EARLIEST)
+            hw = await self._list_offset(topic, partition, m.LATEST)
+        return FetchProbe(
+            topic, partition, offset, None if code == 0 else e.error_name(code), lso, hw,
+            log_start, tuple(p.aborted_transactions or ()) if p else (),
+            headers[0] if headers else None)
+
+    async def _list_offset(self, topic: str, partition: int, timestamp: int) -> int:
+        conn = await self._cluster.connection(await self._cluster.leader(topic, partition))
+        version = conn.version(ApiKey.LIST_OFFSETS)
+        code, offset = m.decode_list_offsets(version, await conn.request(
+            ApiKey.LIST_OFFSETS, version,
+            m.encode_list_offsets(version, topic, partition, timestamp)))
+        return offset if code == 0 else -1
+
+    def log_check(self, topic: str, partition: int, offset: int, producer_id: int, epoch: int,
+                  topic_id: str | None = None) -> LogCheckResult:
+        """What the log says of the transaction of (`producer_id`, `epoch`) whose first record in
+        this partition is at `offset`. NOT_YET_STABLE means: ask again later."""
+        return self._call(self._log_check(topic, partition, offset, producer_id, epoch,
+                                          topic_id))
+
+    async def _log_check(self, topic: str, partition: int, offset: int, producer_id: int,
+                         epoch: int, topic_id: str | None) -> LogCheckResult:
+        if topic_id is not None:
+            resp = await self._cluster.refresh_metadata([topic])
+            now = next((t for t in resp.topics if t.name == topic), None)
+            if now is None or now.error_code != 0 or str(now.topic_id) != topic_id:
+                seen = "gone" if now is None or now.error_code != 0 else str(now.topic_id)
+                return LogCheckResult(LogOutcome.UNKNOWN, UnknownReason.TOPIC_CHANGED,
+                                      f"recorded topic id {topic_id}, now {seen}")
+        probe = await self._fetch_at(topic, partition, offset,
+                                     uuid.UUID(topic_id) if topic_id else None)
+        return decide(probe, producer_id, epoch)
+
+    def describe_producers(self, topic: str, partitions: Sequence[int]) -> list[m.ProducerState]:
+        """The active producers of each partition, with the start offset of their open transaction
+        (which names who holds the last stable offset back)."""
+        async def run() -> list[m.ProducerState]:
+            by_node: dict[int, list[int]] = {}
+            for p in partitions:
+                by_node.setdefault(await self._cluster.leader(topic, p), []).append(p)
+            out: list[m.ProducerState] = []
+            for node, parts in by_node.items():
+                conn = await self._cluster.connection(node)
+                version = conn.version(ApiKey.DESCRIBE_PRODUCERS)
+                out += m.decode_describe_producers(version, await conn.request(
+                    ApiKey.DESCRIBE_PRODUCERS, version,
+                    m.encode_describe_producers(version, topic, parts)))
+            return sorted(out, key=lambda s: s.partition)
+        return self._call(run())
+
+
+def _raise(exc: KafkaApiError) -> Any:
+    raise exc
+
+
+__all__ = ["BrokerVersionHint", "ControlClient", "OutcomeKind"]

@@ -1,0 +1,213 @@
+"""The client's view of the cluster, on its event loop: brokers, connection pools, coordinators and
+partition leaders, each looked up once and refreshed when a broker says it moved."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import uuid
+from collections.abc import Awaitable, Sequence
+from typing import TypeVar
+
+from twopc.control import messages as m
+from twopc.control.config import ClientSettings
+from twopc.control.connection import BrokerConnection
+from twopc.control.errors import (
+    COORDINATOR_RETRIABLE,
+    BrokerConnectionError,
+    RetriesExhaustedError,
+    api_error,
+)
+from twopc.control.messages import ApiKey, BrokerInfo, MetadataResponse
+
+T = TypeVar("T")
+
+
+class Backoff:
+    """Exponential backoff with jitter inside a deadline: bounded retries, never a busy loop."""
+
+    def __init__(self, settings: ClientSettings) -> None:
+        loop = asyncio.get_running_loop()
+        self._deadline = loop.time() + settings.retry_timeout_s
+        self._delay = settings.retry_backoff_s
+        self._max = settings.retry_backoff_max_s
+        self.attempts = 0
+
+    @property
+    def expired(self) -> bool:
+        return asyncio.get_running_loop().time() >= self._deadline
+
+    async def wait(self) -> bool:
+        """Sleep before the next attempt; False when the deadline has passed."""
+        self.attempts += 1
+        left = self._deadline - asyncio.get_running_loop().time()
+        if left <= 0:
+            return False
+        await asyncio.sleep(min(left, self._delay * (0.5 + random.random())))
+        self._delay = min(self._delay * 2, self._max)
+        return True
+
+
+class Cluster:
+    def __init__(self, settings: ClientSettings) -> None:
+        self.settings = settings
+        self.brokers: dict[int, BrokerInfo] = {}
+        self._pools: dict[int, list[BrokerConnection]] = {}
+        self._turn: dict[int, int] = {}
+        self._locks: dict[int, asyncio.Lock] = {}
+        self._bootstrap: BrokerConnection | None = None
+        self._coordinators: dict[str, int] = {}
+        self._leaders: dict[tuple[str, int], int] = {}
+        self.topic_ids: dict[str, uuid.UUID] = {}
+
+    # --- connections ---------------------------------------------------------------------
+
+    async def any_connection(self) -> BrokerConnection:
+        if self.brokers:
+            return await self.connection(random.choice(list(self.brokers)))
+        if self._bootstrap is not None and self._bootstrap.alive:
+            return self._bootstrap
+        errors: list[str] = []
+        for host, port in random.sample(self.settings.bootstrap, len(self.settings.bootstrap)):
+            conn = BrokerConnection(host, port, self.settings)
+            try:
+                await conn.connect()
+            except BrokerConnectionError as exc:
+                errors.append(str(exc))
+                continue
+            self._bootstrap = conn
+            return conn
+        raise BrokerConnectionError("no bootstrap broker reachable: " + "; ".join(errors))
+
+    async def connection(self, node_id: int) -> BrokerConnection:
+        if node_id not in self.brokers:
+            await self.refresh_metadata()
+            if node_id not in self.brokers:
+                raise BrokerConnectionError(f"broker {node_id} is not in the cluster metadata")
+        lock = self._locks.setdefault(node_id, asyncio.Lock())
+        async with lock:
+            pool = [c for c in self._pools.get(node_id, []) if c.alive]
+            turn = self._turn.get(node_id, 0)
+            self._turn[node_id] = turn + 1
+            if len(pool) < self.settings.connections_per_broker:
+                info = self.brokers[node_id]
+                conn = BrokerConnection(info.host, info.port, self.settings, node_id)
+                await conn.connect()
+                pool.append(conn)
+                self._pools[node_id] = pool
+                return conn
+            self._pools[node_id] = pool
+            return pool[turn % len(pool)]
+
+    async def close(self) -> None:
+        conns = [c for pool in self._pools.values() for c in pool]
+        if self._bootstrap is not None:
+            conns.append(self._bootstrap)
+        self._pools.clear()
+        self._bootstrap = None
+        await asyncio.gather(*(c.close() for c in conns), return_exceptions=True)
+
+    def drop_node(self, node_id: int) -> None:
+        """Forget what we believed about a broker that failed us (it may be down or moved)."""
+        for key in [k for k, v in self._coordinators.items() if v == node_id]:
+            del self._coordinators[key]
+        for tp in [k for k, v in self._leaders.items() if v == node_id]:
+            del self._leaders[tp]
+
+    # --- metadata ------------------------------------------------------------------------
+
+    async def refresh_metadata(self, topics: Sequence[str] | None = ()) -> MetadataResponse:
+        """Metadata for `topics` (empty: brokers only; None: every topic)."""
+        backoff = Backoff(self.settings)
+        while True:
+            conn = await self._metadata_connection()
+            try:
+                version = conn.version(ApiKey.METADATA)
+                resp = m.decode_metadata(version, await conn.request(
+                    ApiKey.METADATA, version,
+                    m.encode_metadata(version, None if topics is None else list(topics))))
+                break
+            except BrokerConnectionError:
+                self.brokers.pop(conn.node_id, None) if conn.node_id is not None else None
+                if not await backoff.wait():
+                    raise
+        if resp.brokers:
+            self.brokers = {b.node_id: b for b in resp.brokers}
+        for topic in resp.topics:
+            if topic.error_code == 0 and topic.name:
+                self.topic_ids[topic.name] = topic.topic_id
+                for p in topic.partitions:
+                    if p.leader >= 0:
+                        self._leaders[(topic.name, p.partition)] = p.leader
+        return resp
+
+    async def _metadata_connection(self) -> BrokerConnection:
+        for node_id in random.sample(list(self.brokers), len(self.brokers)):
+            try:
+                return await self.connection(node_id)
+            except BrokerConnectionError:
+                continue
+        self.brokers = {}
+        return await self.any_connection()
+
+    async def leader(self, topic: str, partition: int) -> int:
+        if (topic, partition) not in self._leaders:
+            await self.refresh_metadata([topic])
+        if (topic, partition) not in self._leaders:
+            raise api_error(3, f"partition {topic}-{partition}")  # UNKNOWN_TOPIC_OR_PARTITION
+        return self._leaders[(topic, partition)]
+
+    def forget_leader(self, topic: str, partition: int) -> None:
+        self._leaders.pop((topic, partition), None)
+
+    # --- transaction coordinators ----------------------------------------------------------
+
+    def forget_coordinator(self, transactional_id: str) -> None:
+        self._coordinators.pop(transactional_id, None)
+
+    async def coordinators(self, ids: Sequence[str]) -> dict[str, int]:
+        """The coordinator of each transactional id; FindCoordinator v4 asks for many at once."""
+        missing = [i for i in dict.fromkeys(ids) if i not in self._coordinators]
+        backoff = Backoff(self.settings)
+        while missing:
+            conn = await self.any_connection()
+            version = conn.version(ApiKey.FIND_COORDINATOR)
+            batches = [missing] if version >= 4 else [[i] for i in missing]
+            retry: list[str] = []
+            last_error = 0
+            try:
+                replies = await asyncio.gather(*(self._find(conn, version, b) for b in batches))
+            except BrokerConnectionError:
+                if conn.node_id is not None:
+                    self.brokers.pop(conn.node_id, None)
+                self._bootstrap = None
+                retry, last_error = missing, 13
+                replies = []
+            for reply in replies:
+                for c in reply:
+                    if c.error_code == 0:
+                        self.brokers.setdefault(c.node_id, BrokerInfo(c.node_id, c.host, c.port))
+                        self._coordinators[c.key] = c.node_id
+                    elif c.error_code in COORDINATOR_RETRIABLE:
+                        retry.append(c.key)
+                        last_error = c.error_code
+                    else:
+                        raise api_error(c.error_code, f"FindCoordinator for {c.key!r}",
+                                        c.error_message)
+            missing = retry
+            if missing and not await backoff.wait():
+                raise RetriesExhaustedError(last_error, f"FindCoordinator for {missing[:3]}")
+        return {i: self._coordinators[i] for i in ids}
+
+    async def _find(self, conn: BrokerConnection, version: int,
+                    keys: list[str]) -> list[m.Coordinator]:
+        reader = await conn.request(ApiKey.FIND_COORDINATOR, version,
+                                    m.encode_find_coordinator(version, keys))
+        return m.decode_find_coordinator(version, reader, keys)
+
+
+async def gather_dict(items: dict[str, Awaitable[T]]) -> dict[str, T]:
+    keys = list(items)
+    values = await asyncio.gather(*(items[k] for k in keys))
+    return dict(zip(keys, values, strict=True))
+

@@ -1,0 +1,136 @@
+"""Client settings from the librdkafka-style configuration users already give the producer. Pure.
+
+Producer-only keys (transactional.id, linger.ms, ...) are ignored, so one dict serves both paths.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from twopc.control.errors import ConfigError
+
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+_UNSUPPORTED_SSL_KEYS = ("ssl.keystore.location", "ssl.engine.location", "ssl.providers")
+
+
+@dataclass(frozen=True)
+class ClientSettings:
+    bootstrap: tuple[tuple[str, int], ...]
+    security_protocol: str = "PLAINTEXT"
+    sasl_mechanism: str = "PLAIN"
+    sasl_username: str | None = None
+    sasl_password: str | None = None
+    ssl_ca_location: str | None = None
+    ssl_ca_pem: str | None = None
+    ssl_certificate_location: str | None = None
+    ssl_key_location: str | None = None
+    ssl_key_password: str | None = None
+    ssl_check_hostname: bool = True
+    ssl_verify: bool = True
+    client_id: str = "twopc-control"
+    request_timeout_s: float = 30.0
+    connect_timeout_s: float = 10.0
+    retry_backoff_s: float = 0.02
+    retry_backoff_max_s: float = 1.0
+    # How long retriable errors (coordinator moves, CONCURRENT_TRANSACTIONS) are retried.
+    retry_timeout_s: float = 60.0
+    connections_per_broker: int = 2
+
+    @property
+    def uses_ssl(self) -> bool:
+        return self.security_protocol in ("SSL", "SASL_SSL")
+
+    @property
+    def uses_sasl(self) -> bool:
+        return self.security_protocol.startswith("SASL_")
+
+
+def parse_host_port(entry: str) -> tuple[str, int]:
+    text = entry.strip()
+    for scheme in ("PLAINTEXT://", "SSL://", "SASL_PLAINTEXT://", "SASL_SSL://"):
+        if text.upper().startswith(scheme):
+            text = text[len(scheme):]
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ConfigError(f"bootstrap.servers entry {entry!r} is not HOST:PORT")
+    return host.strip("[]"), int(port)
+
+
+def _ms(cfg: Mapping[str, str], key: str, default_ms: float) -> float:
+    raw = cfg.get(key)
+    if raw is None:
+        return default_ms / 1000.0
+    try:
+        value = float(raw)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{key}={raw!r} is not a number of milliseconds") from exc
+    if value <= 0:
+        raise ConfigError(f"{key} must be positive, not {raw!r}")
+    return value / 1000.0
+
+
+def _bool(cfg: Mapping[str, str], key: str, default: bool) -> bool:
+    raw = cfg.get(key)
+    if raw is None:
+        return default
+    text = str(raw).strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no"):
+        return False
+    raise ConfigError(f"{key}={raw!r} must be true or false")
+
+
+def settings_from_config(config: Mapping[str, object]) -> ClientSettings:
+    cfg = {k: str(v) for k, v in config.items() if v is not None}
+    servers = cfg.get("bootstrap.servers") or cfg.get("metadata.broker.list")
+    if not servers:
+        raise ConfigError("bootstrap.servers is required (HOST:PORT[,HOST:PORT...])")
+    bootstrap = tuple(parse_host_port(s) for s in servers.split(",") if s.strip())
+    protocol = cfg.get("security.protocol", "PLAINTEXT").upper()
+    if protocol not in SECURITY_PROTOCOLS:
+        raise ConfigError(f"security.protocol={protocol!r}: expected one of "
+                          f"{', '.join(SECURITY_PROTOCOLS)}")
+    mechanism = (cfg.get("sasl.mechanism") or cfg.get("sasl.mechanisms") or "PLAIN").upper()
+    if protocol.startswith("SASL_"):
+        if mechanism not in SASL_MECHANISMS:
+            raise ConfigError(f"sasl.mechanism={mechanism!r} is not supported by twopc's control "
+                              f"client; use one of {', '.join(SASL_MECHANISMS)}")
+        if not cfg.get("sasl.username") or "sasl.password" not in cfg:
+            raise ConfigError(f"security.protocol={protocol} needs sasl.username and "
+                              "sasl.password")
+    if protocol in ("SSL", "SASL_SSL"):
+        for key in _UNSUPPORTED_SSL_KEYS:
+            if key in cfg:
+                raise ConfigError(f"{key} is not supported by twopc's control client; give PEM "
+                                  "files with ssl.ca.location, ssl.certificate.location and "
+                                  "ssl.key.location")
+    algorithm = cfg.get("ssl.endpoint.identification.algorithm", "https").lower()
+    if algorithm not in ("https", "none"):
+        raise ConfigError("ssl.endpoint.identification.algorithm must be https or none")
+    per_broker = cfg.get("twopc.control.connections.per.broker", "2")
+    if not per_broker.isdigit() or not 1 <= int(per_broker) <= 16:
+        raise ConfigError("twopc.control.connections.per.broker must be between 1 and 16")
+    return ClientSettings(
+        bootstrap=bootstrap,
+        security_protocol=protocol,
+        sasl_mechanism=mechanism,
+        sasl_username=cfg.get("sasl.username"),
+        sasl_password=cfg.get("sasl.password"),
+        ssl_ca_location=cfg.get("ssl.ca.location"),
+        ssl_ca_pem=cfg.get("ssl.ca.pem"),
+        ssl_certificate_location=cfg.get("ssl.certificate.location"),
+        ssl_key_location=cfg.get("ssl.key.location"),
+        ssl_key_password=cfg.get("ssl.key.password"),
+        ssl_check_hostname=algorithm == "https",
+        ssl_verify=_bool(cfg, "enable.ssl.certificate.verification", True),
+        client_id=cfg.get("client.id", "twopc-control"),
+        request_timeout_s=_ms(cfg, "socket.timeout.ms", 30000),
+        connect_timeout_s=_ms(cfg, "socket.connection.setup.timeout.ms", 10000),
+        retry_backoff_s=_ms(cfg, "retry.backoff.ms", 20),
+        retry_backoff_max_s=_ms(cfg, "retry.backoff.max.ms", 1000),
+        retry_timeout_s=_ms(cfg, "twopc.control.retry.timeout.ms", 60000),
+        connections_per_broker=int(per_broker),
+    )

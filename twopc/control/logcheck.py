@@ -1,0 +1,108 @@
+"""The exact log check (DESIGN.md section 4): what the log itself says became of a transaction.
+
+Given what one read_committed Fetch at the transaction's first offset returned, decide: committed,
+aborted, not yet stable, or unknown with a reason. Pure: the fetch is done by the client.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from twopc.control.records import BatchHeader
+
+
+@dataclass(frozen=True)
+class FetchProbe:
+    """What a read_committed Fetch of one partition at one offset returned."""
+
+    topic: str
+    partition: int
+    offset: int
+    error: str | None  # Kafka error name, None when the fetch succeeded
+    last_stable_offset: int
+    high_watermark: int
+    log_start_offset: int
+    aborted_transactions: tuple[tuple[int, int], ...]  # (producer id, first offset)
+    first_batch: BatchHeader | None
+
+
+class LogOutcome(enum.Enum):
+    COMMITTED = "committed"
+    ABORTED = "aborted"
+    UNKNOWN = "unknown"
+    NOT_YET_STABLE = "not_yet_stable"
+
+
+class UnknownReason(enum.Enum):
+    BELOW_LOG_START = "offset below the log start (retention or deleted records)"
+    OTHER_PRODUCER = "another producer's batch is at that offset"
+    OTHER_EPOCH = "a batch of the same producer id with another epoch is at that offset"
+    NO_BATCH = "no batch holds that offset (compacted topic, or beyond the log end)"
+    NOT_TRANSACTIONAL = "the batch at that offset is not transactional"
+    TOPIC_CHANGED = "the topic was deleted or recreated (its topic id changed)"
+    FETCH_ERROR = "the fetch failed"
+
+
+@dataclass(frozen=True)
+class LogCheckResult:
+    outcome: LogOutcome
+    reason: UnknownReason | None = None
+    detail: str = ""
+    probe: FetchProbe | None = None
+
+    @property
+    def committed(self) -> bool:
+        return self.outcome is LogOutcome.COMMITTED
+
+    def describe(self) -> str:
+        text = self.outcome.value
+        if self.reason is not None:
+            text += f": {self.reason.value}"
+        return f"{text} ({self.detail})" if self.detail else text
+
+
+def _unknown(reason: UnknownReason, detail: str, probe: FetchProbe) -> LogCheckResult:
+    return LogCheckResult(LogOutcome.UNKNOWN, reason, detail, probe)
+
+
+def decide(probe: FetchProbe, producer_id: int, epoch: int) -> LogCheckResult:
+    """The fate of producer (`producer_id`, `epoch`)'s transaction whose first record in this
+    partition is at `probe.offset`."""
+    offset = probe.offset
+    if probe.error in ("UNKNOWN_TOPIC_ID", "INCONSISTENT_TOPIC_ID"):
+        return _unknown(UnknownReason.TOPIC_CHANGED, probe.error, probe)
+    if probe.log_start_offset > offset >= 0 or (
+            probe.error == "OFFSET_OUT_OF_RANGE" and probe.log_start_offset >= 0
+            and offset < probe.log_start_offset):
+        return _unknown(UnknownReason.BELOW_LOG_START,
+                        f"offset {offset} < log start {probe.log_start_offset}", probe)
+    if probe.error == "OFFSET_OUT_OF_RANGE":
+        return _unknown(UnknownReason.NO_BATCH, f"offset {offset} is out of range (log start "
+                        f"{probe.log_start_offset}, high watermark {probe.high_watermark})", probe)
+    if probe.error is not None:
+        return _unknown(UnknownReason.FETCH_ERROR, probe.error, probe)
+    # Below the last stable offset every transaction is decided and its marker written: before
+    # that point the answer is not in the log yet.
+    if probe.last_stable_offset <= offset:
+        return LogCheckResult(LogOutcome.NOT_YET_STABLE, None,
+                              f"last stable offset {probe.last_stable_offset} <= {offset}", probe)
+    batch = probe.first_batch
+    if batch is None or not batch.base_offset <= offset <= batch.last_offset:
+        where = "none" if batch is None else f"{batch.base_offset}..{batch.last_offset}"
+        return _unknown(UnknownReason.NO_BATCH, f"first batch returned: {where}", probe)
+    if batch.producer_id != producer_id:
+        return _unknown(UnknownReason.OTHER_PRODUCER,
+                        f"producer id {batch.producer_id} epoch {batch.producer_epoch}", probe)
+    if batch.producer_epoch != epoch:
+        return _unknown(UnknownReason.OTHER_EPOCH, f"epoch {batch.producer_epoch}", probe)
+    if not batch.transactional or batch.control:
+        return _unknown(UnknownReason.NOT_TRANSACTIONAL, f"attributes {batch.attributes:#x}",
+                        probe)
+    # An aborted entry for our producer that starts at or before our batch covers it: producers
+    # run one transaction at a time, and the broker lists only aborted transactions that reach
+    # into the fetched range.
+    for pid, first in probe.aborted_transactions:
+        if pid == producer_id and first <= batch.base_offset:
+            return LogCheckResult(LogOutcome.ABORTED, None, f"aborted from offset {first}", probe)
+    return LogCheckResult(LogOutcome.COMMITTED, None, "", probe)

@@ -1,0 +1,82 @@
+"""SCRAM-SHA-256/512 client messages (RFC 5802, RFC 7677) as Kafka's SASL/SCRAM wants them. Pure."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import secrets
+
+from twopc.control.errors import AuthenticationError
+
+MECHANISMS = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
+# Kafka refuses fewer iterations; a server offering fewer is not a Kafka broker we should trust.
+MIN_ITERATIONS = 4096
+
+
+def _saslname(name: str) -> str:
+    return name.replace("=", "=3D").replace(",", "=2C")
+
+
+def _attributes(message: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for part in message.split(","):
+        if len(part) < 2 or part[1] != "=":
+            raise AuthenticationError(f"malformed SCRAM message from the broker: {message!r}")
+        out[part[0]] = part[2:]
+    return out
+
+
+class ScramClient:
+    """One SCRAM exchange: first() -> final(server_first) -> verify(server_final)."""
+
+    def __init__(self, mechanism: str, username: str, password: str,
+                 nonce: str | None = None) -> None:
+        if mechanism not in MECHANISMS:
+            raise AuthenticationError(f"unsupported SCRAM mechanism {mechanism!r}")
+        self._hash = MECHANISMS[mechanism]
+        self._password = password.encode("utf-8")
+        self._nonce = nonce or secrets.token_urlsafe(24)
+        self._first_bare = f"n={_saslname(username)},r={self._nonce}"
+        self._server_signature = b""
+
+    def first(self) -> bytes:
+        return f"n,,{self._first_bare}".encode()
+
+    def _hmac(self, key: bytes, msg: bytes) -> bytes:
+        return hmac.new(key, msg, self._hash).digest()
+
+    def final(self, server_first: bytes) -> bytes:
+        text = server_first.decode("utf-8", errors="replace")
+        attrs = _attributes(text)
+        if "e" in attrs:
+            raise AuthenticationError(f"SCRAM refused by the broker: {attrs['e']}")
+        nonce, salt_b64, iterations_s = attrs.get("r", ""), attrs.get("s", ""), attrs.get("i", "")
+        if not nonce.startswith(self._nonce) or len(nonce) == len(self._nonce):
+            raise AuthenticationError("SCRAM server nonce does not extend the client nonce")
+        try:
+            salt = base64.b64decode(salt_b64, validate=True)
+            iterations = int(iterations_s)
+        except ValueError as exc:
+            raise AuthenticationError(f"malformed SCRAM server-first message: {text!r}") from exc
+        if iterations < MIN_ITERATIONS:
+            raise AuthenticationError(f"SCRAM iteration count {iterations} is below "
+                                      f"{MIN_ITERATIONS}")
+        salted = hashlib.pbkdf2_hmac(self._hash, self._password, salt, iterations)
+        client_key = self._hmac(salted, b"Client Key")
+        stored_key = hashlib.new(self._hash, client_key).digest()
+        without_proof = f"c={base64.b64encode(b'n,,').decode()},r={nonce}"
+        auth_message = f"{self._first_bare},{text},{without_proof}".encode()
+        signature = self._hmac(stored_key, auth_message)
+        proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
+        self._server_signature = self._hmac(self._hmac(salted, b"Server Key"), auth_message)
+        return f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
+
+    def verify(self, server_final: bytes) -> None:
+        attrs = _attributes(server_final.decode("utf-8", errors="replace"))
+        if "e" in attrs:
+            raise AuthenticationError(f"SCRAM refused by the broker: {attrs['e']}")
+        got = base64.b64decode(attrs.get("v", ""))
+        if not self._server_signature or not hmac.compare_digest(got, self._server_signature):
+            raise AuthenticationError("the broker's SCRAM signature is wrong: it does not know "
+                                      "this user's credentials (man in the middle?)")

@@ -1,0 +1,1 @@
+"""Test support shipped with twopc: helpers that tests, benchmarks and the demo share (no fakes here)."""
