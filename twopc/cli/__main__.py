@@ -1,0 +1,7 @@
+"""`python -m twopc.cli`: the same as the `twopc` command."""
+
+import sys
+
+from twopc.cli import main
+
+sys.exit(main())
