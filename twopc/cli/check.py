@@ -1,0 +1,48 @@
+"""`twopc check`: a preflight before the first run."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from twopc.cli._output import emit_json
+from twopc.preflight import Status, run_preflight
+
+EPILOG = """Each item is OK, WARN or FAIL, with what to change. The ACLs are tried: InitProducerId on the
+probe id PREFIX-twopc-check (it holds no transaction), and the topic's authorized operations.
+
+exit codes: 0 no FAIL (WARNs allowed); 1 at least one FAIL; 2 bad arguments.
+
+example:
+  twopc check --bootstrap-servers 127.0.0.1:9092 --topic events --prefix orders-job
+"""
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "check", help="preflight: broker version, timeouts, topic durability, ACLs",
+        description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--bootstrap-servers", required=True)
+    p.add_argument("--topic", required=True)
+    p.add_argument("--prefix", required=True, help="the transactional id prefix the job will use")
+    p.add_argument("--transaction-timeout-ms", type=int, default=60000)
+    p.add_argument("-X", dest="extra", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra librdkafka settings (security.protocol=SASL_SSL, sasl.username=..., ...)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=_check)
+
+
+def _check(args: argparse.Namespace) -> int:
+    config = {"bootstrap.servers": args.bootstrap_servers,
+              **dict(item.split("=", 1) for item in args.extra)}
+    items = run_preflight(config, args.topic, args.prefix, args.transaction_timeout_ms)
+    failed = any(i.status is Status.FAIL for i in items)
+    if args.json:
+        emit_json({"passed": not failed, "items": [i.as_dict() for i in items]})
+    else:
+        for i in items:
+            print(f"{i.status.value:<4}  {i.name}: {i.detail}")
+            if i.fix:
+                print(f"      fix: {i.fix}")
+    return 1 if failed else 0
