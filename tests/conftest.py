@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from twopc.testing.brokers import KafkaUnderTest, requested_variants, start_kafka
+from twopc.testing.brokers import EXTERNAL, KafkaUnderTest, requested_variants, start_kafka
 
 _startup_times: list[tuple[str, float]] = []
 
@@ -27,12 +27,20 @@ def _full_matrix() -> bool:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "all_variants: also run on every broker variant by default")
+    config.addinivalue_line(
+        "markers",
+        "only_variants(*names): the scenario exists only on these variants (never run, not skipped, "
+        "elsewhere)",
+    )
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "broker" in metafunc.fixturenames:
         every = _full_matrix() or metafunc.definition.get_closest_marker("all_variants") is not None
         variants = requested_variants(every)
+        only = metafunc.definition.get_closest_marker("only_variants")
+        if only is not None and variants != [EXTERNAL]:
+            variants = [v for v in variants if v in only.args] or [only.args[0]]
         metafunc.parametrize("broker", variants, indirect=True, scope="session", ids=variants)
 
 

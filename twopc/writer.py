@@ -1,0 +1,517 @@
+"""The executor side: write one task's rows inside one Kafka transaction and pre-commit it.
+
+DESIGN.md section 2, executor steps 2-6. `write_partition` returns a `WriteResult` whose handle lets
+the driver finish the transaction from another process; the transaction itself is left open.
+
+After the pre-commit the producer is dropped, never closed and never used in a `with` block:
+confluent-kafka's `close()` aborts an open transaction, while librdkafka's destroy (what dropping
+the last reference runs) sends no EndTxn. tests/writer prove the latter against a real broker.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from itertools import chain
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Producer
+
+from twopc.checksum import MultisetChecksum, identity_hashes, record_hashes
+from twopc.control import ControlClient, TransactionDescription, TxnState
+from twopc.crashpoints import crash_point
+from twopc.handle import Handle, PartitionSpan, ResultKind, WriteResult
+from twopc.rows import (
+    Row,
+    RowError,
+    WriteError,
+    check_partition,
+    check_value,
+    describe_key,
+    encode_headers,
+    fields_of,
+    produce_headers,
+)
+
+__all__ = [
+    "DeliveryError",
+    "IdentificationError",
+    "ProducerError",
+    "Row",
+    "RowError",
+    "TransactionBudgetExceeded",
+    "WriteError",
+    "WriterConfigError",
+    "ZombieDetected",
+    "budget_limit_ms",
+    "write_partition",
+]
+
+log = logging.getLogger("twopc.writer")
+
+CHUNK = 4096  # rows between checksum chunks, delivery-report polls and budget checks
+STATS_INTERVAL_MS = 10  # small: identification waits for the first sample after the flush
+MIN_MARGIN_MS = 500
+_NO_ROW = object()
+_OURS = ("on_delivery", "delivery.report.only.error", "dr_cb", "dr_msg_cb")
+_MAX_KEPT_FAILURES = 1000
+
+
+class WriterConfigError(WriteError):
+    """The producer configuration or the arguments contradict what the writer needs."""
+
+
+class DeliveryError(WriteError):
+    """A record's delivery failed: the transaction was aborted, nothing of the task is visible."""
+
+    def __init__(self, index: int | None, key: object, topic: str | None,
+                 partition: int | None, reason: str, failed: int) -> None:
+        self.index = index
+        self.key = key
+        self.topic = topic
+        self.partition = partition
+        self.reason = reason
+        self.failed = failed
+        row = f"row {index}" if index is not None else "a row"
+        super().__init__(
+            f"delivery of {row} (key {describe_key(key)}) to {topic} [{partition}] failed: "
+            f"{reason} ({failed} record(s) failed in all). The transaction was aborted: nothing "
+            "of this task is visible")
+
+
+class TransactionBudgetExceeded(WriteError):
+    """The transaction would outlive its budget: aborted before the coordinator times it out."""
+
+
+class ProducerError(WriteError):
+    """The producer failed outside any single row (start, flush); the transaction was aborted."""
+
+
+class IdentificationError(WriteError):
+    """The producer's own view of its transaction could not be read (no statistics sample)."""
+
+
+class ZombieDetected(WriteError):
+    """The producer's view and the coordinator's view of the transaction disagree.
+
+    Another process holds the transactional id (a zombie attempt that re-initialized it), or the
+    coordinator already ended the transaction. The task fails; its transaction is neither
+    committed nor aborted by this process.
+    """
+
+    def __init__(self, transactional_id: str, producer_view: str,
+                 coordinator: TransactionDescription) -> None:
+        self.transactional_id = transactional_id
+        self.producer_view = producer_view
+        self.coordinator = coordinator
+        super().__init__(
+            f"transactional id {transactional_id!r}: the producer says {producer_view}, the "
+            f"coordinator says {coordinator.state.value} with producer id "
+            f"{coordinator.producer_id} epoch {coordinator.producer_epoch} and partitions "
+            f"{list(coordinator.partitions)[:8]}. Another process holds this id (a zombie task "
+            "attempt) or the transaction already ended; this task fails and commits nothing. "
+            "Spark retries it; if this repeats, check for duplicate or speculative attempts")
+
+
+def budget_limit_ms(transaction_timeout_ms: int, budget_ms: int | None) -> int:
+    """How long a transaction may stay open while writing: the budget, and in any case the
+    timeout minus a margin that leaves the driver time to commit before the coordinator aborts."""
+    margin = max(MIN_MARGIN_MS, transaction_timeout_ms // 5)
+    limit = transaction_timeout_ms - margin
+    return limit if budget_ms is None else min(limit, budget_ms)
+
+
+def write_partition(
+    producer_config: Mapping[str, Any],
+    transactional_id: str,
+    rows: Iterable[Row | Mapping[str, Any]],
+    *,
+    batch: str,
+    task_partition: int,
+    attempt: int,
+    default_topic: str | None,
+    transaction_timeout_ms: int,
+    budget_ms: int | None = None,
+    control: ControlClient | None = None,
+) -> WriteResult:
+    """Write `rows` in one transaction under `transactional_id` and pre-commit it (module doc)."""
+    config = _producer_config(producer_config, transactional_id, transaction_timeout_ms)
+    limit_ms = budget_limit_ms(transaction_timeout_ms, budget_ms)
+    if limit_ms <= 0:
+        raise WriterConfigError(
+            f"transaction.timeout.ms={transaction_timeout_ms} with budget_ms={budget_ms} leaves no "
+            "time to write: raise transaction.timeout.ms")
+    iterator = iter(rows)
+    first = next(iterator, _NO_ROW)
+    if first is _NO_ROW:
+        # No transaction at all: one with no partition stays Empty and EndTxn on it fails.
+        return WriteResult(ResultKind.EMPTY, batch, task_partition, attempt)
+    ctl = control if control is not None else ControlClient(producer_config)
+    try:
+        txn = _Transaction(config, transactional_id, limit_ms, budget_ms, transaction_timeout_ms)
+        rest: Iterable[Any] = chain((first,), iterator)
+        handle = txn.run(rest, default_topic, ctl, task_partition, attempt)
+        # `txn` (and its producer) is dropped here without close(): the transaction stays open.
+        return WriteResult(ResultKind.PRECOMMITTED, batch, task_partition, attempt, handle,
+                           handle.record_count)
+    finally:
+        if control is None:
+            ctl.close()
+
+
+def _producer_config(user: Mapping[str, Any], transactional_id: str,
+                     timeout_ms: int) -> dict[str, Any]:
+    config = {k: v for k, v in user.items() if not k.startswith("twopc.")}
+    for key in _OURS:
+        if key in config:
+            raise WriterConfigError(f"producer config {key!r} is set, but the writer needs every "
+                                    "delivery report itself: remove it")
+    given = config.get("transactional.id")
+    if given is not None and given != transactional_id:
+        raise WriterConfigError(f"producer config transactional.id={given!r} differs from the "
+                                f"writer's {transactional_id!r}: remove it from the config")
+    given_timeout = config.get("transaction.timeout.ms")
+    if given_timeout is not None and int(given_timeout) != timeout_ms:
+        raise WriterConfigError(f"producer config transaction.timeout.ms={given_timeout} differs "
+                                f"from transaction_timeout_ms={timeout_ms}: give it once")
+    if str(config.get("statistics.interval.ms", "1")) == "0":
+        raise WriterConfigError("statistics.interval.ms=0 turns off librdkafka's statistics, "
+                                "which the writer needs to identify its transaction")
+    config.setdefault("statistics.interval.ms", STATS_INTERVAL_MS)
+    config.setdefault("linger.ms", 5)
+    config["transactional.id"] = transactional_id
+    config["transaction.timeout.ms"] = timeout_ms
+    config["enable.idempotence"] = True
+    return config
+
+
+@dataclass
+class _Failure:
+    error: KafkaError
+    topic: str | None
+    partition: int | None
+    key: bytes | None
+    value: bytes | None
+
+
+class _Deliveries:
+    """What the delivery reports said: spans per (topic, partition), and every failure."""
+
+    def __init__(self) -> None:
+        self.spans: dict[tuple[str, int], list[int]] = {}  # [first, last, count]
+        self.failures: list[_Failure] = []
+        self.failed = 0
+
+    def callback(self) -> Callable[[KafkaError | None, Any], None]:
+        spans = self.spans
+        get = spans.get
+
+        def on_delivery(err: KafkaError | None, msg: Any) -> None:
+            if err is None:
+                tp = (msg.topic(), msg.partition())
+                offset = msg.offset()
+                span = get(tp)
+                if span is None:
+                    spans[tp] = [offset, offset, 1]
+                else:
+                    span[2] += 1
+                    if offset > span[1]:
+                        span[1] = offset
+                    elif offset < span[0]:
+                        span[0] = offset
+            else:
+                self.failed += 1
+                if len(self.failures) < _MAX_KEPT_FAILURES:
+                    self.failures.append(_Failure(err, msg.topic(), msg.partition(), msg.key(),
+                                                  msg.value()))
+
+        return on_delivery
+
+
+class _Transaction:
+    def __init__(self, config: dict[str, Any], transactional_id: str, limit_ms: int,
+                 budget_ms: int | None, timeout_ms: int) -> None:
+        self.tid = transactional_id
+        self.limit_ms = limit_ms
+        self.budget_ms = budget_ms
+        self.timeout_ms = timeout_ms
+        self.interval_ms = int(config["statistics.interval.ms"])
+        self.deliveries = _Deliveries()
+        self.checksum = MultisetChecksum()
+        self.identities: list[Any] = []  # per chunk, the rows' identity hashes (uint64 arrays)
+        self.rows = 0
+        self._latest_stats: str | None = None
+        user_stats = config.get("stats_cb")
+
+        def on_stats(raw: str) -> None:
+            self._latest_stats = raw
+            if user_stats is not None:
+                user_stats(raw)
+
+        config = {**config, "stats_cb": on_stats, "on_delivery": self.deliveries.callback()}
+        self.producer = Producer(config)
+        self.begun_at = 0.0
+
+    # --- the steps ---------------------------------------------------------------------------
+
+    def run(self, rows: Iterable[Row | Mapping[str, Any]], default_topic: str | None,
+            control: ControlClient, task_partition: int, attempt: int) -> Handle:
+        try:
+            self.producer.init_transactions(self.timeout_ms / 1000)
+            self.producer.begin_transaction()
+        except KafkaException as exc:
+            raise ProducerError(f"transactional id {self.tid!r}: could not start a transaction: "
+                                f"{exc.args[0] if exc.args else exc}") from exc
+        self.begun_at = time.monotonic()
+        try:
+            crash_point("writer.after_begin")
+            self._produce_all(rows, default_topic)
+            crash_point("writer.after_produce")
+            self._flush()
+            crash_point("writer.after_flush")
+            spans = self._spans(control)
+            handle = self._identify(control, spans, task_partition, attempt)
+        except ZombieDetected:
+            # No abort: librdkafka's abort may bump the epoch with InitProducerId (KIP-360),
+            # and InitProducerId on this id aborts whatever transaction is open there, which is
+            # now the other process's (possibly the attempt the driver will commit). Ours was
+            # aborted by the fence that re-initialized the id, or will time out; the driver's
+            # recovery fences open transactions no record names. Nothing here is committed.
+            raise
+        except IdentificationError:
+            raise  # same reasoning: without our own view we cannot tell whose transaction it is
+        except KafkaException as exc:
+            self._abort()
+            raise ProducerError(f"transactional id {self.tid!r}: {exc.args[0] if exc.args else exc}"
+                                "; the transaction was aborted") from exc
+        except BaseException:
+            self._abort()
+            raise
+        crash_point("writer.after_identify")
+        return handle
+
+    def _produce_all(self, rows: Iterable[Row | Mapping[str, Any]],
+                     default_topic: str | None) -> None:
+        produce = self.producer.produce
+        failures = self.deliveries.failures
+        values: list[Any] = []
+        keys: list[Any] = []
+        overrides: list[tuple[int, str]] = []
+        headers: list[tuple[int, bytes]] = []
+        add_value = values.append
+        add_key = keys.append
+        index = -1
+        for index, row in enumerate(rows):
+            if type(row) is Row:
+                value, key, topic, partition = row.value, row.key, row.topic, row.partition
+                hdrs = produce_headers(row.headers, index, key) if row.headers else None
+                ts = row.timestamp_ms or 0
+                if partition is None:
+                    partition = -1
+                elif type(partition) is not int or partition < 0:
+                    check_partition(index, partition, key)
+            elif isinstance(row, Mapping):
+                value, key, topic, partition, hdrs, ts = fields_of(row, index)
+                if partition != -1:
+                    check_partition(index, partition, key)
+            else:
+                raise RowError(index, None, f"a row is a twopc Row or a mapping, not a "
+                               f"{type(row).__name__}")
+            if value is None:
+                check_value(index, value, key)
+            pos = len(values)
+            if topic is None:
+                if default_topic is None:
+                    raise RowError(index, key, "the row names no topic and the writer has no "
+                                   "default topic: set the topic option or a topic column")
+                topic = default_topic
+            else:
+                overrides.append((pos, topic))
+            try:
+                # Positional: confluent-kafka 2.16 takes (topic, value, key, partition, callback,
+                # on_delivery, timestamp, headers); keywords cost more per row.
+                produce(topic, value, key, partition, None, None, ts, hdrs)
+            except BufferError:
+                self._produce_when_room((topic, value, key, partition, None, None, ts, hdrs))
+            except (TypeError, ValueError, KafkaException) as exc:
+                value, key = self._produce_refused(exc, index, topic, value, key, partition, ts,
+                                                   hdrs)
+            add_value(value)
+            add_key(key)
+            if hdrs:
+                headers.append((pos, encode_headers(hdrs)))
+            if pos + 1 == CHUNK:
+                self._add_chunk(default_topic, values, keys, overrides, headers)
+                self.producer.poll(0)
+                if failures:
+                    raise self._delivery_error()
+                self._check_budget("while producing")
+        self._add_chunk(default_topic, values, keys, overrides, headers)
+        self.rows = index + 1
+
+    def _add_chunk(self, default_topic: str | None, values: list[Any], keys: list[Any],
+                   overrides: list[tuple[int, str]], headers: list[tuple[int, bytes]]) -> None:
+        if values:
+            ids = identity_hashes(default_topic or "", values, keys, overrides)
+            self.identities.append(ids)
+            self.checksum.add_hashes(record_hashes(ids, headers))
+        values.clear()
+        keys.clear()
+        overrides.clear()
+        headers.clear()
+
+    def _produce_when_room(self, args: tuple[Any, ...]) -> None:
+        while True:
+            self.producer.poll(0.05)  # serves delivery reports, which frees the queue
+            if self.deliveries.failures:
+                raise self._delivery_error()
+            self._check_budget("while producing (the producer queue was full)")
+            try:
+                self.producer.produce(*args)
+                return
+            except BufferError:
+                continue
+
+    def _produce_refused(self, exc: Exception, index: int, topic: str, value: Any, key: Any,
+                         partition: int, ts: int, hdrs: Any) -> tuple[Any, Any]:
+        """The slow path of a row produce() refused: coerce buffers to bytes, or raise RowError."""
+        if isinstance(exc, KafkaException):
+            err = exc.args[0]
+            if err.code() == KafkaError.MSG_SIZE_TOO_LARGE:
+                raise RowError(index, key, f"the record ({_size(value)} bytes) is larger than "
+                               "the producer's message.max.bytes: split it, or raise "
+                               "message.max.bytes here and max.message.bytes on the topic") \
+                    from exc
+            raise RowError(index, key, f"the producer refused it: {err.name()}: {err.str()}") \
+                from exc
+        coerced_value = bytes(value) if isinstance(value, (bytearray, memoryview)) else value
+        coerced_key = bytes(key) if isinstance(key, (bytearray, memoryview)) else key
+        if coerced_value is value and coerced_key is key:
+            check_value(index, value, key)
+            if key is not None and not isinstance(key, (bytes, str)):
+                raise RowError(index, key, f"the key is a {type(key).__name__}; give bytes, str "
+                               "or None")
+            if not isinstance(topic, str):
+                raise RowError(index, key, f"the topic {topic!r} is not a str")
+            raise RowError(index, key, f"confluent-kafka refused it: {exc}") from exc
+        args = (topic, coerced_value, coerced_key, partition, None, None, ts, hdrs)
+        try:
+            self.producer.produce(*args)
+        except BufferError:
+            self._produce_when_room(args)
+        except (TypeError, ValueError, KafkaException) as again:
+            return self._produce_refused(again, index, topic, coerced_value, coerced_key,
+                                         partition, ts, hdrs)
+        return coerced_value, coerced_key
+
+    def _flush(self) -> None:
+        while True:
+            remaining_s = self.limit_ms / 1000 - (time.monotonic() - self.begun_at)
+            if remaining_s <= 0:
+                self._check_budget("while flushing")
+            left = self.producer.flush(min(max(remaining_s, 0.001), 1.0))
+            if self.deliveries.failures:
+                raise self._delivery_error()
+            if left == 0:
+                break
+        self._check_budget("after the flush")
+        delivered = sum(span[2] for span in self.deliveries.spans.values())
+        if delivered != self.rows:
+            raise DeliveryError(None, None, None, None, f"{delivered} delivery reports for "
+                                f"{self.rows} rows", self.rows - delivered)
+
+    def _spans(self, control: ControlClient) -> tuple[PartitionSpan, ...]:
+        spans = self.deliveries.spans
+        ids = control.topic_ids(sorted({topic for topic, _ in spans}))
+        return tuple(
+            PartitionSpan(topic, part, first, last, count, ids.get(topic))
+            for (topic, part), (first, last, count) in sorted(spans.items()))
+
+    def _identify(self, control: ControlClient, spans: tuple[PartitionSpan, ...],
+                  task_partition: int, attempt: int) -> Handle:
+        eos = self._eos_after_flush()
+        pid, epoch = int(eos.get("producer_id", -1)), int(eos.get("producer_epoch", -1))
+        state = str(eos.get("txn_state"))
+        desc = control.describe_transactions([self.tid])[self.tid]
+        writer_clock_ms = int(time.time() * 1000)  # after the answer: never before its start
+        view = f"{state} with producer id {pid} epoch {epoch}"
+        partitions = set(desc.partitions)
+        if (state != "InTransaction" or desc.state is not TxnState.ONGOING
+                or not desc.holds(pid, epoch)
+                or any((s.topic, s.partition) not in partitions for s in spans)):
+            raise ZombieDetected(self.tid, view, desc)
+        return Handle(self.tid, pid, epoch, spans, self.rows, self.checksum.hexdigest(),
+                      desc.start_ms, desc.timeout_ms, task_partition, attempt, writer_clock_ms)
+
+    def _eos_after_flush(self) -> dict[str, Any]:
+        """librdkafka's `eos` statistics from a sample taken after the flush returned."""
+        since_us = time.monotonic_ns() // 1000
+        wait_s = max(3 * self.interval_ms / 1000, 2.0)
+        deadline = time.monotonic() + wait_s
+        seen: str | None = None
+        while time.monotonic() < deadline:
+            self.producer.poll(min(self.interval_ms / 2000, 0.05))
+            raw = self._latest_stats
+            if raw is None or raw is seen:
+                continue
+            seen = raw
+            stats = json.loads(raw)
+            if int(stats.get("ts", 0)) >= since_us:  # librdkafka's ts: CLOCK_MONOTONIC in us
+                eos = stats.get("eos")
+                if isinstance(eos, dict):
+                    return eos
+        raise IdentificationError(
+            f"transactional id {self.tid!r}: librdkafka emitted no statistics within {wait_s:.1f} "
+            "s after the flush, so the transaction cannot be identified; the task fails")
+
+    # --- failure paths -------------------------------------------------------------------------
+
+    def _check_budget(self, when: str) -> None:
+        elapsed_ms = (time.monotonic() - self.begun_at) * 1000
+        if elapsed_ms <= self.limit_ms:
+            return
+        budget = "" if self.budget_ms is None else f"budget_ms={self.budget_ms}, "
+        raise TransactionBudgetExceeded(
+            f"transaction {self.tid!r} has been open {elapsed_ms:.0f} ms {when}, after "
+            f"{self.rows or 'some'} rows; its limit is {self.limit_ms} ms ({budget}"
+            f"transaction.timeout.ms={self.timeout_ms} minus a margin for the commit). It was "
+            "aborted before the coordinator could time it out. Write smaller batches (e.g. "
+            "maxOffsetsPerTrigger, more partitions) or raise transaction.timeout.ms (up to the "
+            "broker's transaction.max.timeout.ms)")
+
+    def _delivery_error(self) -> DeliveryError:
+        failures = self.deliveries.failures
+        too_large = [f for f in failures if f.error.code() == KafkaError.MSG_SIZE_TOO_LARGE]
+        # A broker rejects a whole batch for one oversized record: name the largest one.
+        worst = max(too_large, key=lambda f: len(f.value or b"")) if too_large else failures[0]
+        reason = f"{worst.error.name()}: {worst.error.str()}"
+        if too_large:
+            reason += (f" (the record is {len(worst.value or b'')} bytes: raise the topic's "
+                       "max.message.bytes or write smaller records)")
+        return DeliveryError(self._locate(worst), worst.key, worst.topic, worst.partition,
+                             reason, self.deliveries.failed)
+
+    def _locate(self, failure: _Failure) -> int | None:
+        """The index of the first row with the failed record's topic, key and value."""
+        if failure.value is None or failure.topic is None or not self.identities:
+            return None
+        import numpy as np
+
+        target = identity_hashes(failure.topic, [failure.value], [failure.key])[0]
+        found = np.flatnonzero(np.concatenate(self.identities) == target)
+        return int(found[0]) if len(found) else None
+
+    def _abort(self) -> None:
+        try:
+            self.producer.abort_transaction(self.timeout_ms / 1000)
+        except KafkaException as exc:
+            log.warning("could not abort transaction %r (%s); it stays invisible and the "
+                        "coordinator aborts it after transaction.timeout.ms=%d", self.tid,
+                        exc.args[0] if exc.args else exc, self.timeout_ms)
+
+
+def _size(value: Any) -> int:
+    return len(value.encode()) if isinstance(value, str) else len(value)
