@@ -1,29 +1,59 @@
-"""Named crash points: tests make a process kill itself at an exact protocol step.
+"""Named crash points: tests make a process kill itself (or pause) at an exact protocol step.
 
 Set ``TWOPC_CRASH_AT`` to a point's name (for tests only); when the code reaches
-``crash_point(name)`` with that name the process sends itself SIGKILL, so no
-``finally``, ``atexit`` or librdkafka destructor runs, as in a real power loss.
+``crash_point(name)`` with that name the process sends itself SIGKILL, so no ``finally``,
+``atexit`` or librdkafka destructor runs, as in a real power loss.
+
+``TWOPC_PAUSE_AT=name`` makes the process sleep there instead: a driver paused mid-protocol (a long
+GC, a stopped VM) that wakes up later, for the two-driver tests. It wakes when the file named by
+``TWOPC_PAUSE_UNTIL`` exists, or after ``TWOPC_PAUSE_SECONDS`` (default 60).
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import sys
+import time
 
 ENV_VAR = "TWOPC_CRASH_AT"
+PAUSE_VAR = "TWOPC_PAUSE_AT"
+PAUSE_SECONDS_VAR = "TWOPC_PAUSE_SECONDS"
+PAUSE_UNTIL_VAR = "TWOPC_PAUSE_UNTIL"
+# TWOPC_CRASH_SCOPE=session: kill every process of this session, not only this one. A Spark driver is
+# a Python process, its JVM and the JVM's Python workers (which PySpark's daemon puts in a process
+# group of their own, in the same session): a crash point reached in a driver-side worker must take
+# all of them down at once, before the JVM can react (call abort()).
+SCOPE_VAR = "TWOPC_CRASH_SCOPE"
+
+
+def _kill_session() -> None:
+    me, session = os.getpid(), os.getsid(0)
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != me:
+            try:
+                if os.getsid(int(entry)) == session:
+                    os.kill(int(entry), signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
 
 
 def crash_point(name: str) -> None:
-    """Kill this process with SIGKILL if ``TWOPC_CRASH_AT`` names this point."""
+    """Kill this process with SIGKILL if ``TWOPC_CRASH_AT`` names this point (pause if
+    ``TWOPC_PAUSE_AT`` does)."""
     if os.environ.get(ENV_VAR) == name:
+        if os.environ.get(SCOPE_VAR) == "session":
+            _kill_session()
         os.kill(os.getpid(), signal.SIGKILL)
+    if os.environ.get(PAUSE_VAR) == name:
+        print(f"twopc: paused at {name}", file=sys.stderr, flush=True)
+        deadline = time.monotonic() + float(os.environ.get(PAUSE_SECONDS_VAR, "60"))
+        until = os.environ.get(PAUSE_UNTIL_VAR)
+        while time.monotonic() < deadline and not (until and os.path.exists(until)):
+            time.sleep(0.05)
 
 
 def armed(prefix: str = "") -> bool:
-    """True if a crash point starting with ``prefix`` is armed.
-
-    Lets a caller change its order of operations (e.g. send one EndTxn alone)
-    only when a test needs a crash to fall between two answers.
-    """
+    """True if a crash point starting with ``prefix`` is armed (for callers that must know)."""
     target = os.environ.get(ENV_VAR)
     return target is not None and target.startswith(prefix)

@@ -1,0 +1,344 @@
+"""The driver side of the two-phase commit (DESIGN.md section 2, "Driver"; sections 4 and 5).
+
+A Coordinator keeps no state between calls: PySpark runs each commit() and abort() in a fresh
+process, so each call reads the checkpoint log, decides (decisions.py), and appends at exactly the
+next number before it sends any EndTxn or fence that touches the ids it names (the log is the
+fence between drivers). Crash points (crashpoints.py) sit between the steps.
+
+EndTxn order: the first handle alone, then all but the last in parallel, then the last. The few
+extra round trips (milliseconds, against the fsynced intent) buy two things: a crash can fall
+after exactly 1 and after exactly n-1 answers (the `after_endtxn_1` and `after_endtxn_n_minus_1`
+points), and the path the crash tests prove is the path production runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from checkpoint import KeyExists, Log
+from twopc.control import ControlClient, EndTxnOutcome, EndTxnRequest, TxnState
+from twopc.crashpoints import crash_point
+from twopc.decisions import (
+    BatchOutcome,
+    BatchStatus,
+    CommitAction,
+    Fate,
+    Verdict,
+    fate_of_end_txn,
+    plan_abort,
+    plan_commit,
+    purge_below,
+    unnamed_open,
+)
+from twopc.errors import (
+    BatchAborted,
+    BatchPartlyCommitted,
+    DataLossError,
+    GuardFailed,
+    ResolutionRefused,
+)
+from twopc.guards import check_before_intent
+from twopc.handle import Handle, ResultKind, WriteResult
+from twopc.records import (
+    DECISIONS,
+    Aborted,
+    Binding,
+    Committed,
+    Duplicates,
+    Prepared,
+    Resolved,
+)
+from twopc.recovery import RecoveryReport, settle
+from twopc.session import Session, check_binding
+
+OWNER_KINDS = ("query", "job")
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class InvalidResults(ValueError):
+    """The messages handed to commit()/abort() do not belong together (wrong batch, two winners)."""
+
+
+@dataclass
+class CommitReport:
+    batch: str
+    status: str  # "committed", "already_committed", "repaired", "empty"
+    committed: tuple[str, ...] = ()
+    duplicates: tuple[str, ...] = ()
+    losers: tuple[str, ...] = ()
+    recovery: RecoveryReport | None = None
+
+
+@dataclass
+class AbortReport:
+    batch: str
+    fenced: tuple[str, ...] = ()
+    recovery: RecoveryReport | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+class Coordinator:
+    def __init__(self, log: Log, control: ControlClient, *, owner_kind: str, owner_id: str,
+                 prefix: str, clock_ms: Callable[[], int] = wall_clock_ms, margin_ms: int = 5000,
+                 settle_wait_ms: int = 60000, retain_batches: int = 10) -> None:
+        if owner_kind not in OWNER_KINDS:
+            raise ValueError(f"owner_kind must be one of {OWNER_KINDS}, got {owner_kind!r}")
+        if not owner_id or not prefix:
+            raise ValueError("owner_id and prefix must be non-empty")
+        self.log = log
+        self.control = control
+        self.binding = Binding(owner_kind, owner_id, prefix)
+        self.prefix = prefix
+        self.clock_ms = clock_ms
+        self.margin_ms = margin_ms
+        self.settle_wait_ms = settle_wait_ms
+        self.retain_batches = retain_batches
+
+    # ---- public -------------------------------------------------------------------------------
+
+    def bind(self) -> None:
+        """Bind the log to this query or job (first use); QueryMismatch if it belongs to another."""
+        check_binding(self.log, self.binding, create=True)
+
+    def is_committed(self, batch: str) -> bool:
+        """Read-only: has this query/job committed `batch`? (Executors skip writing if so.)"""
+        if not check_binding(self.log, self.binding, create=False):
+            return False
+        if self.binding.owner_kind == "job" and self.log.index.get(_job_key(batch)) is not None:
+            return True
+        return Session(self.log).state.batch(batch).status is BatchStatus.COMMITTED
+
+    def commit(self, batch: str, results: Sequence[WriteResult | None]) -> CommitReport:
+        handles, skipped = _handles_of(batch, results, allow_failed=False)
+        self.bind()
+        session = Session(self.log)
+        recovery: RecoveryReport | None = None
+        for _ in range(2):  # at most one settling of an open intent, then a plan on firm ground
+            state = session.state.batch(batch)
+            if skipped and state.status is not BatchStatus.COMMITTED:
+                reason = (f"Spark partitions {sorted(skipped)} skipped writing because the batch "
+                          "looked committed, but the log does not show it committed")
+                self._fence_recorded(session, Aborted(batch, tuple(handles), reason, None))
+                raise BatchAborted(batch, reason)
+            plan = plan_commit(state, handles)
+            if plan.action is CommitAction.RECOVER_FIRST:
+                recovery = settle(session, self.control, [state], prefix=self.prefix,
+                                  wait_ms=self.settle_wait_ms, sweep=False)
+                recovery.raise_if_undecided()
+                continue
+            if plan.action is CommitAction.ALREADY_COMMITTED:
+                dups = self._fence_recorded(session, Duplicates(
+                    batch, tuple(h.transactional_id for h in plan.duplicates)))
+                return CommitReport(batch, "already_committed", duplicates=dups,
+                                    recovery=recovery)
+            if plan.losses:
+                self._fence_recorded(session, Aborted(
+                    batch, tuple(handles), "the re-run differs from the visible data", None))
+                raise DataLossError(batch, plan.losses)
+            dups = self._fence_recorded(session, Duplicates(
+                batch, tuple(h.transactional_id for h in plan.duplicates)))
+            report = self._commit_fresh(session, batch, plan.to_commit)
+            report.duplicates = dups
+            report.recovery = recovery
+            if plan.action is CommitAction.REPAIR:
+                report.status = "repaired"
+            return report
+        raise AssertionError("an open intent survived its own settling")  # settle records outcomes
+
+    def abort(self, batch: str, results: Sequence[WriteResult | None]) -> AbortReport:
+        """Spark's abort: roll an open intent forward (it is the commit decision), and fence the
+        handles in `results` that no intent names."""
+        handles, _ = _handles_of(batch, results, allow_failed=True)
+        self.bind()
+        session = Session(self.log)
+        report = AbortReport(batch)
+        roll_first, _ = plan_abort(session.state.batch(batch), handles)
+        undecided: Exception | None = None
+        if roll_first:
+            report.recovery = settle(session, self.control, [session.state.batch(batch)],
+                                     prefix=self.prefix, wait_ms=self.settle_wait_ms, sweep=False)
+            try:
+                report.recovery.raise_if_undecided()
+            except Exception as exc:  # fence the others first, then report it
+                undecided = exc
+        state = session.state.batch(batch)
+        _, others = plan_abort(state, handles)
+        ids = tuple(h.transactional_id for h in others)
+        if state.status is BatchStatus.COMMITTED:
+            report.fenced = self._fence_recorded(session, Duplicates(batch, ids))
+        else:
+            report.fenced = self._fence_recorded(
+                session, Aborted(batch, others, "Spark aborted the batch", None))
+        if undecided is not None:
+            raise undecided
+        return report
+
+    def recover(self) -> RecoveryReport:
+        """Settle every recorded intent without outcome and fence the pool's unnamed open
+        transactions. Run before any new writes; idempotent. UndecidedError if an outcome cannot
+        be proven (nothing is guessed); a partly committed batch is left for its re-run."""
+        self.bind()
+        session = Session(self.log)
+        report = settle(session, self.control, session.state.pending, prefix=self.prefix,
+                        wait_ms=self.settle_wait_ms, sweep=True)
+        for b in report.batches:
+            if b.outcome is BatchOutcome.COMMITTED:
+                self._remember_job(b.batch, b.recorded_seq)
+        self._purge(session)
+        report.raise_if_undecided()
+        return report
+
+    def resolve(self, batch: str, decision: str, note: str) -> None:
+        """The operator's explicit decision for a stuck batch, recorded.
+
+        "committed": keep what is visible, the re-run writes nothing more (a lost part stays
+        lost). "aborted": the batch counts as not committed, the re-run writes all of it again
+        (a visible part appears twice). Run recover() first: it settles what can be proven.
+        """
+        if decision not in DECISIONS:
+            raise ResolutionRefused(f"decision must be one of {DECISIONS}, got {decision!r}")
+        if not note.strip():
+            raise ResolutionRefused("a resolution needs a note saying who decided and why")
+        self.bind()
+        session = Session(self.log)
+        state = session.state.batch(batch)
+        if state.status not in (BatchStatus.PREPARED, BatchStatus.PARTIAL):
+            raise ResolutionRefused(
+                f"batch {batch} is {state.status.value}: only a batch left prepared (undecided) "
+                "or partial needs a resolution")
+        seq = session.append(Resolved(batch, decision, note))
+        if decision == "committed":
+            self._remember_job(batch, seq)
+
+    # ---- the commit path ----------------------------------------------------------------------
+
+    def _commit_fresh(self, session: Session, batch: str,
+                      handles: Sequence[Handle]) -> CommitReport:
+        if not handles:
+            seq = session.append(Committed(batch, None, ()))
+            self._remember_job(batch, seq)
+            self._purge(session)
+            return CommitReport(batch, "empty")
+        ids = [h.transactional_id for h in handles]
+        failed = check_before_intent(handles, self.control.describe_transactions(ids),
+                                     self.clock_ms(), self.margin_ms)
+        if failed:
+            reason = "; ".join(f"{t}: {why}" for t, why in sorted(failed.items()))
+            self._fence_recorded(session, Aborted(batch, tuple(handles), reason[:2000], None))
+            raise GuardFailed(batch, failed)
+        crash_point("coordinator.before_intent")
+        intent_seq = session.append(Prepared(batch, tuple(handles)))
+        crash_point("coordinator.after_intent")
+        answers = self._end_in_order(handles)
+        fates = {t: fate_of_end_txn(answers.get(t)) for t in ids}
+        if any(v.fate is not Fate.COMMITTED for v in fates.values()):
+            return self._settle_after_end(session, batch, fates)
+        open_ids = self.control.list_transactions(self.prefix, states=[TxnState.ONGOING])
+        losers = unnamed_open(self.prefix, (t.transactional_id for t in open_ids),
+                              protected=session.state.pending_ids() | set(ids))
+        seq = session.append(Committed(batch, intent_seq, losers))
+        crash_point("coordinator.after_committed_record")
+        self._remember_job(batch, seq)
+        if losers:
+            self.control.fence(losers)
+        crash_point("coordinator.during_sweep")
+        self._purge(session)
+        return CommitReport(batch, "committed", committed=tuple(ids), losers=losers)
+
+    def _end_in_order(self, handles: Sequence[Handle]) -> dict[str, EndTxnOutcome]:
+        reqs = [EndTxnRequest(h.transactional_id, h.producer_id, h.epoch, True) for h in handles]
+        answers = dict(self.control.end_txns(reqs[:1], precheck=False))
+        crash_point("coordinator.after_endtxn_1")
+        if len(reqs) > 1:
+            if len(reqs) > 2:
+                answers.update(self.control.end_txns(reqs[1:-1], precheck=False))
+            crash_point("coordinator.after_endtxn_n_minus_1")
+            answers.update(self.control.end_txns(reqs[-1:], precheck=False))
+        crash_point("coordinator.after_all_endtxn")
+        return answers
+
+    def _settle_after_end(self, session: Session, batch: str,
+                          fates: dict[str, Verdict]) -> CommitReport:
+        # Some EndTxn answers prove nothing: the log check decides, exactly as in recovery.
+        state = session.state.batch(batch)
+        report = settle(session, self.control, [state], prefix=self.prefix,
+                        wait_ms=self.settle_wait_ms, sweep=False,
+                        answered={t: v for t, v in fates.items() if v.fate is not Fate.UNDECIDED})
+        report.raise_if_undecided()
+        b = report.batches[0]
+        if b.outcome is BatchOutcome.COMMITTED:
+            self._remember_job(batch, b.recorded_seq)
+            self._purge(session)
+            return CommitReport(batch, "committed",
+                                committed=tuple(h.transactional_id for h in b.handles),
+                                recovery=report)
+        if b.outcome is BatchOutcome.ABORTED:
+            raise BatchAborted(batch, "every transaction was aborted before its commit: "
+                               + "; ".join(h.reason for h in b.handles)[:1000])
+        raise BatchPartlyCommitted(batch, b.committed_partitions, b.lost_partitions)
+
+    # ---- helpers ------------------------------------------------------------------------------
+
+    def _fence_recorded(self, session: Session, record: Aborted | Duplicates) -> tuple[str, ...]:
+        """Append `record` (which names the ids), then fence them. Nothing to fence: no record."""
+        ids = (tuple(h.transactional_id for h in record.handles) if isinstance(record, Aborted)
+               else record.ids)
+        if not ids:
+            return ()
+        session.append(record)
+        self.control.fence(ids)
+        return ids
+
+    def _remember_job(self, batch: str, seq: int | None) -> None:
+        # Job ids outlive purges in the index, so a late re-run of an old job still writes nothing.
+        if self.binding.owner_kind != "job" or seq is None:
+            return
+        with contextlib.suppress(KeyExists):  # recorded by an earlier call (a retry): same fact
+            self.log.index.create(_job_key(batch), {"seq": seq})
+
+    def _purge(self, session: Session) -> None:
+        # Only the holder of the fence purges: a call that has just appended.
+        if not session.appended:
+            return
+        below = purge_below(session.state, self.retain_batches)
+        if below is not None and below > self.log.low_water_mark():
+            self.log.purge(below)
+
+
+def _job_key(batch: str) -> str:
+    return f"job:{batch}"
+
+
+def _handles_of(batch: str, results: Sequence[WriteResult | None],
+                allow_failed: bool) -> tuple[list[Handle], list[int]]:
+    handles: list[Handle] = []
+    skipped: list[int] = []
+    seen: dict[int, str] = {}
+    for r in results:
+        if r is None:
+            if allow_failed:
+                continue
+            raise InvalidResults(f"commit of batch {batch} got a failed task (None): Spark commits "
+                                 "only when every task succeeded")
+        if r.batch != batch:
+            raise InvalidResults(f"a result of batch {r.batch} was given to batch {batch}")
+        if r.kind is ResultKind.SKIPPED:
+            skipped.append(r.task_partition)
+        if r.kind is not ResultKind.PRECOMMITTED:
+            continue
+        if r.handle is None:
+            raise InvalidResults(f"a pre-committed result of partition {r.task_partition} has no "
+                                 "handle")
+        tid = r.handle.transactional_id
+        if not allow_failed and r.task_partition in seen:
+            raise InvalidResults(f"batch {batch}: two results for Spark partition "
+                                 f"{r.task_partition} ({seen[r.task_partition]}, {tid})")
+        seen[r.task_partition] = tid
+        handles.append(r.handle)
+    return handles, skipped

@@ -1,0 +1,343 @@
+"""What the driver does, given the log's records and the broker's answers. Pure: no I/O.
+
+The whole protocol's judgement sits here as small functions over plain values, so that it can be read
+in one sitting and tested exhaustively (tests/core/test_decisions.py); coordinator.py and recovery.py
+only fetch the inputs and carry out the answers.
+
+    the log's records ──fold──> LogState (per batch: NONE, ABORTED, PREPARED, PARTIAL, COMMITTED)
+    commit(b, handles)  ──plan_commit──> already committed / recover first / repair / fresh
+    a recorded handle + DescribeTransactions ──pass1──> roll forward / committed / aborted / undecided
+    EndTxn answer ──fate_of_end_txn──>  committed / aborted / unconfirmed (to the log check)
+    log check ──fate_of_log_check──> committed / aborted / undecided(reason) / wait
+    fates of a batch ──verdict──> committed / aborted / partial / undecided
+    partial batch + re-run ──plan_repair──> duplicates, to commit, or the losses
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from twopc.control import EndTxnOutcome, LogCheckResult, LogOutcome, TransactionDescription
+from twopc.control import TxnState as S
+from twopc.errors import InconsistentLog, PartitionLoss
+from twopc.handle import Handle
+from twopc.records import (
+    RESOLVE_COMMITTED,
+    Aborted,
+    Committed,
+    Duplicates,
+    LogRecord,
+    Orphans,
+    Partial,
+    Prepared,
+    Resolved,
+    RollForward,
+)
+
+# ---- the log, folded into per-batch states ----------------------------------------------------
+
+
+class BatchStatus(enum.Enum):
+    NONE = "none"  # nothing recorded (or only fences): write and commit normally
+    ABORTED = "aborted"  # an earlier attempt committed nothing: write and commit again
+    PREPARED = "prepared"  # an intent without outcome: the decision is commit, roll it forward
+    PARTIAL = "partial"  # part of it is visible: only a re-run with the same data can finish it
+    COMMITTED = "committed"  # done: a re-run's transactions are duplicates
+
+
+_OPEN_FOR_INTENT = (BatchStatus.NONE, BatchStatus.ABORTED, BatchStatus.PARTIAL)
+
+
+@dataclass(frozen=True)
+class BatchState:
+    batch: str
+    status: BatchStatus = BatchStatus.NONE
+    first_seq: int = -1
+    last_seq: int = -1
+    intent_seq: int | None = None  # the open (PREPARED) or last intent
+    intent: tuple[Handle, ...] = ()
+    before_intent: BatchStatus = BatchStatus.NONE  # where an intent that commits nothing leads back
+    committed: Mapping[int, Handle] = field(default_factory=dict)  # Spark partition -> visible handle
+
+    @property
+    def finished(self) -> bool:
+        return self.status not in (BatchStatus.PREPARED, BatchStatus.PARTIAL)
+
+
+@dataclass(frozen=True)
+class LogState:
+    batches: Mapping[str, BatchState]
+    last_seq: int  # -1 for an empty log
+
+    def batch(self, batch: str) -> BatchState:
+        return self.batches.get(batch) or BatchState(batch)
+
+    @property
+    def pending(self) -> tuple[BatchState, ...]:
+        """Batches whose intent has no recorded outcome, oldest first."""
+        return tuple(sorted((b for b in self.batches.values() if b.status is BatchStatus.PREPARED),
+                            key=lambda b: b.intent_seq or 0))
+
+    def pending_ids(self) -> frozenset[str]:
+        return frozenset(h.transactional_id for b in self.pending for h in b.intent)
+
+
+def fold(records: Iterable[tuple[int, LogRecord]], url: str = "", start_seq: int = 0) -> LogState:
+    """The state of every batch after ``records`` (seq, record), read from ``start_seq`` on.
+
+    A record that contradicts the ones before it raises InconsistentLog (never skipped).
+    """
+    batches: dict[str, BatchState] = {}
+    last = start_seq - 1
+    for seq, rec in records:
+        last = seq
+        if isinstance(rec, Orphans | RollForward):
+            continue
+        cur = batches.get(rec.batch) or BatchState(rec.batch, first_seq=seq)
+        batches[rec.batch] = replace(_step(cur, seq, rec, url, start_seq), last_seq=seq)
+    return LogState(batches, last)
+
+
+def _step(cur: BatchState, seq: int, rec: LogRecord, url: str, start: int) -> BatchState:
+    def bad(why: str) -> InconsistentLog:
+        return InconsistentLog(url, seq, f"batch {cur.batch}: {why} (state {cur.status.value})")
+
+    def ends_open_intent(intent_seq: int) -> bool:
+        if cur.status is BatchStatus.PREPARED and cur.intent_seq == intent_seq:
+            return True
+        # Purge keeps unfinished batches whole but may cut a finished one (the latest record always
+        # stays): an outcome whose intent lies below the mark stands as recorded.
+        if 0 <= intent_seq < start and cur.intent_seq is None:
+            return False
+        raise bad(f"names intent {intent_seq}, but the open intent is "
+                  f"{cur.intent_seq if cur.status is BatchStatus.PREPARED else None}")
+
+    if isinstance(rec, Prepared):
+        if cur.status not in _OPEN_FOR_INTENT:
+            raise bad("a second intent while one is open or the batch is committed")
+        return replace(cur, status=BatchStatus.PREPARED, intent_seq=seq, intent=rec.handles,
+                       before_intent=cur.status)
+    if isinstance(rec, Committed):
+        if rec.intent_seq is None:
+            if cur.status not in _OPEN_FOR_INTENT:
+                raise bad("an empty batch committed twice or over an open intent")
+            return replace(cur, status=BatchStatus.COMMITTED)
+        if not ends_open_intent(rec.intent_seq):
+            return replace(cur, status=BatchStatus.COMMITTED)
+        return replace(cur, status=BatchStatus.COMMITTED,
+                       committed={**cur.committed, **_by_partition(cur.intent)})
+    if isinstance(rec, Partial):
+        if not ends_open_intent(rec.intent_seq):
+            return replace(cur, status=BatchStatus.PARTIAL)
+        won = set(rec.committed)
+        return replace(cur, status=BatchStatus.PARTIAL, committed={
+            **cur.committed,
+            **_by_partition(h for h in cur.intent if h.transactional_id in won)})
+    if isinstance(rec, Aborted):
+        if rec.intent_seq is not None and ends_open_intent(rec.intent_seq):
+            back = cur.before_intent
+            return replace(cur, status=BatchStatus.ABORTED if back is BatchStatus.NONE else back)
+        if cur.status is BatchStatus.NONE:
+            return replace(cur, status=BatchStatus.ABORTED)
+        return cur
+    if isinstance(rec, Duplicates):
+        return cur
+    assert isinstance(rec, Resolved)
+    if cur.status not in (BatchStatus.PREPARED, BatchStatus.PARTIAL):
+        raise bad("an operator resolution for a batch that is not stuck")
+    if rec.decision == RESOLVE_COMMITTED:
+        return replace(cur, status=BatchStatus.COMMITTED)
+    return replace(cur, status=BatchStatus.ABORTED, committed={})
+
+
+def _by_partition(handles: Iterable[Handle]) -> dict[int, Handle]:
+    return {h.task_partition: h for h in handles}
+
+
+def same_txn(a: Handle, b: Handle) -> bool:
+    return (a.transactional_id, a.producer_id, a.epoch) == (b.transactional_id, b.producer_id,
+                                                           b.epoch)
+
+
+# ---- commit: what to do with a batch's handles --------------------------------------------------
+
+
+class CommitAction(enum.Enum):
+    ALREADY_COMMITTED = "already_committed"  # fence `duplicates`; `retried` are the intent's own
+    RECOVER_FIRST = "recover_first"  # an open intent: settle it, then plan again
+    REPAIR = "repair"  # partly visible: fence `duplicates`, commit `to_commit`, or `losses`
+    FRESH = "fresh"  # commit `to_commit`
+
+
+@dataclass(frozen=True)
+class CommitPlan:
+    action: CommitAction
+    to_commit: tuple[Handle, ...] = ()
+    duplicates: tuple[Handle, ...] = ()
+    retried: tuple[Handle, ...] = ()
+    losses: tuple[PartitionLoss, ...] = ()
+
+
+def plan_commit(state: BatchState, handles: Sequence[Handle]) -> CommitPlan:
+    if state.status is BatchStatus.COMMITTED:
+        named = state.intent + tuple(state.committed.values())
+        retried = tuple(h for h in handles if any(same_txn(h, n) for n in named))
+        dups = tuple(h for h in handles if h not in retried)
+        return CommitPlan(CommitAction.ALREADY_COMMITTED, duplicates=dups, retried=retried)
+    if state.status is BatchStatus.PREPARED:
+        return CommitPlan(CommitAction.RECOVER_FIRST)
+    if state.status is BatchStatus.PARTIAL:
+        return plan_repair(state.committed, handles)
+    return CommitPlan(CommitAction.FRESH, to_commit=tuple(handles))
+
+
+def plan_repair(committed: Mapping[int, Handle], rerun: Sequence[Handle]) -> CommitPlan:
+    """A partly visible batch: the re-run must reproduce every visible partition exactly.
+
+    Then the visible result equals the re-run's output: its handles for visible partitions are
+    duplicates, the others commit. Any visible partition the re-run does not reproduce (other
+    checksum or count, or no rows) is a loss: nothing is committed.
+    """
+    by_p = _by_partition(rerun)
+    losses: list[PartitionLoss] = []
+    for p, old in sorted(committed.items()):
+        new = by_p.get(p)
+        if new is None:
+            losses.append(PartitionLoss(p, old.record_count, None, "the re-run wrote no rows"))
+        elif new.checksum != old.checksum or new.record_count != old.record_count:
+            losses.append(PartitionLoss(p, old.record_count, new.record_count,
+                                        "the re-run's records differ (checksum)"))
+    if losses:
+        return CommitPlan(CommitAction.REPAIR, losses=tuple(losses))
+    return CommitPlan(CommitAction.REPAIR,
+                      to_commit=tuple(h for h in rerun if h.task_partition not in committed),
+                      duplicates=tuple(h for h in rerun if h.task_partition in committed))
+
+
+def plan_abort(state: BatchState, handles: Sequence[Handle]) -> tuple[bool, tuple[Handle, ...]]:
+    """Spark's abort(b): (roll the open intent forward first?, the handles to fence).
+
+    The intent is the commit decision, so its handles are never fenced here, nor committed ones.
+    """
+    named = state.intent + tuple(state.committed.values())
+    others = tuple(h for h in handles if not any(same_txn(h, n) for n in named))
+    return state.status is BatchStatus.PREPARED, others
+
+
+# ---- recovery: one recorded handle ---------------------------------------------------------------
+
+
+class Fate(enum.Enum):
+    ROLL_FORWARD = "roll_forward"  # open with the recorded pid/epoch: commit it (pass 1)
+    COMMITTED = "committed"
+    ABORTED = "aborted"
+    UNDECIDED = "undecided"  # the coordinator cannot tell: the log check decides (pass 2)
+    WAIT = "wait"  # the log check is not stable yet: ask again (bounded)
+    UNKNOWN = "unknown"  # the log cannot tell either: reported with its reason, never guessed
+
+
+@dataclass(frozen=True)
+class Verdict:
+    fate: Fate
+    reason: str = ""
+
+
+def pass1(handle: Handle, desc: TransactionDescription | None) -> Verdict:
+    """The table of DESIGN.md section 4, pass 1: what the coordinator proves."""
+    if desc is None or desc.state is S.UNKNOWN_ID:
+        return Verdict(Fate.UNDECIDED, "the coordinator does not know the transactional id")
+    if not desc.holds(handle.producer_id, handle.epoch):
+        return Verdict(Fate.UNDECIDED, f"the coordinator holds producer id {desc.producer_id} "
+                       f"epoch {desc.producer_epoch} ({desc.state.value}), not the recorded "
+                       f"{handle.producer_id}/{handle.epoch}")
+    if desc.state is S.ONGOING:
+        return Verdict(Fate.ROLL_FORWARD)
+    if desc.state.committing:
+        return Verdict(Fate.COMMITTED, desc.state.value)
+    if desc.state.aborting:
+        return Verdict(Fate.ABORTED, desc.state.value)
+    return Verdict(Fate.UNDECIDED, f"state {desc.state.value} with the recorded epoch")
+
+
+def fate_of_end_txn(outcome: EndTxnOutcome | None) -> Verdict:
+    """An EndTxn(commit) answer: only success proves anything; the rest goes to the log check."""
+    if outcome is None:
+        return Verdict(Fate.UNDECIDED, "no EndTxn answer")
+    if outcome.committed:
+        return Verdict(Fate.COMMITTED)
+    if outcome.aborted:
+        return Verdict(Fate.ABORTED, outcome.error or outcome.kind.value)
+    return Verdict(Fate.UNDECIDED, f"EndTxn answered {outcome.error or outcome.kind.value}"
+                   + (f" ({outcome.detail})" if outcome.detail else ""))
+
+
+def fate_of_log_check(result: LogCheckResult) -> Verdict:
+    if result.outcome is LogOutcome.COMMITTED:
+        return Verdict(Fate.COMMITTED, "log check")
+    if result.outcome is LogOutcome.ABORTED:
+        return Verdict(Fate.ABORTED, "log check: " + result.describe())
+    if result.outcome is LogOutcome.NOT_YET_STABLE:
+        return Verdict(Fate.WAIT, result.describe())
+    return Verdict(Fate.UNKNOWN, "log check: " + result.describe())
+
+
+def combine_spans(verdicts: Sequence[Verdict]) -> Verdict:
+    """One handle checked at several partitions: any decisive answer holds for the whole
+    transaction (all its partitions share one outcome); else wait if any may still settle."""
+    for v in verdicts:
+        if v.fate in (Fate.COMMITTED, Fate.ABORTED):
+            return v
+    for v in verdicts:
+        if v.fate is Fate.WAIT:
+            return v
+    return Verdict(Fate.UNKNOWN, "; ".join(v.reason for v in verdicts) or "no partition")
+
+
+class BatchOutcome(enum.Enum):
+    COMMITTED = "committed"
+    ABORTED = "aborted"
+    PARTIAL = "partial"
+    UNDECIDED = "undecided"
+
+
+def batch_outcome(fates: Mapping[str, Verdict]) -> BatchOutcome:
+    kinds = {v.fate for v in fates.values()}
+    if kinds - {Fate.COMMITTED, Fate.ABORTED}:
+        return BatchOutcome.UNDECIDED
+    if Fate.ABORTED not in kinds:
+        return BatchOutcome.COMMITTED
+    if Fate.COMMITTED not in kinds:
+        return BatchOutcome.ABORTED
+    return BatchOutcome.PARTIAL
+
+
+# ---- ids of the pool --------------------------------------------------------------------------
+
+
+def in_pool(prefix: str, transactional_id: str) -> bool:
+    """`{prefix}-{p}-{slot}` exactly (a prefix `q1` must not claim `q10-...`)."""
+    return re.fullmatch(re.escape(prefix) + r"-\d+-\d+", transactional_id) is not None
+
+
+def unnamed_open(prefix: str, open_ids: Iterable[str], protected: Iterable[str]) -> tuple[str, ...]:
+    """Open transactions of the pool that nothing recorded will commit: to be fenced."""
+    keep = set(protected)
+    return tuple(sorted({t for t in open_ids if in_pool(prefix, t) and t not in keep}))
+
+
+# ---- purge ------------------------------------------------------------------------------------
+
+
+def purge_below(state: LogState, retain_batches: int) -> int | None:
+    """The low-water mark that keeps every unfinished batch and the last `retain_batches` finished
+    ones whole (a re-run of a recent batch must still find it committed). None: nothing to purge."""
+    if state.last_seq < 0:
+        return None
+    unfinished = [b.first_seq for b in state.batches.values() if not b.finished]
+    finished = sorted((b for b in state.batches.values() if b.finished), key=lambda b: b.last_seq)
+    kept = [b.first_seq for b in finished[-retain_batches:]] if retain_batches > 0 else []
+    below = min([*unfinished, *kept, state.last_seq])
+    return below if below > 0 else None

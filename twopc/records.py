@@ -1,0 +1,213 @@
+"""The kinds of record twopc keeps in its checkpoint log, as versioned plain data.
+
+Every body is a msgpack-able dict with ``kind`` and ``v`` (the body format version): the log outlives
+code versions, so an unknown kind or version stops the reader with the record named, never skipped.
+
+Records that end an intent name it by sequence number (``intent_seq``): a reader can then prove that
+each ``committed``/``partial``/``aborted`` ends exactly the open intent it claims to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from twopc.handle import Handle, HandleFormatError
+
+VERSION = 1
+
+
+class RecordFormatError(ValueError):
+    """A body is not one of twopc's record kinds (or not this version of it)."""
+
+
+@dataclass(frozen=True)
+class Binding:
+    """The query or job that owns the log, and its transactional id prefix (kept in the index)."""
+
+    owner_kind: str  # "query" or "job"
+    owner_id: str
+    prefix: str
+
+    def describe(self) -> str:
+        return f"{self.owner_kind} {self.owner_id!r} (prefix {self.prefix!r})"
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """The intent: batch ``batch`` commits exactly these handles. This record is the decision."""
+
+    batch: str
+    handles: tuple[Handle, ...]
+
+
+@dataclass(frozen=True)
+class Committed:
+    """Every handle of the intent committed; ``losers`` (open ids it does not name) get fenced.
+
+    ``intent_seq`` is None only for a batch that wrote no rows at all (nothing to commit).
+    """
+
+    batch: str
+    intent_seq: int | None
+    losers: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Partial:
+    """Recovery proved that some handles of the intent committed and the others aborted."""
+
+    batch: str
+    intent_seq: int
+    committed: tuple[str, ...]
+    aborted: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Aborted:
+    """These handles are not committed and get fenced.
+
+    With ``intent_seq`` it ends that intent (none of it committed); without, it only records a fence
+    (a failed guard, Spark's abort(), a rejected re-run) and the batch keeps its state.
+    """
+
+    batch: str
+    handles: tuple[Handle, ...]
+    reason: str
+    intent_seq: int | None
+
+
+@dataclass(frozen=True)
+class Duplicates:
+    """A re-run's transactions for data already committed: fenced, never committed."""
+
+    batch: str
+    ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Orphans:
+    """Open transactions of the prefix that no pending record names: fenced by recovery."""
+
+    ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class RollForward:
+    """Recovery is about to commit these open handles of recorded intents (names them first)."""
+
+    ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """The operator's explicit decision for a stuck batch ("committed" or "aborted")."""
+
+    batch: str
+    decision: str
+    note: str
+
+
+BatchRecord = Prepared | Committed | Partial | Aborted | Duplicates | Resolved
+LogRecord = BatchRecord | Orphans | RollForward
+
+RESOLVE_COMMITTED = "committed"  # keep what is visible; the re-run writes nothing more
+RESOLVE_ABORTED = "aborted"  # treat as not committed; the re-run writes the whole batch again
+DECISIONS = (RESOLVE_COMMITTED, RESOLVE_ABORTED)
+
+
+def _ids(values: Sequence[str]) -> list[str]:
+    return [str(v) for v in values]
+
+
+def to_body(record: LogRecord) -> dict[str, Any]:
+    """The msgpack-able body stored in the log."""
+    body: dict[str, Any]
+    if isinstance(record, Prepared):
+        body = {"kind": "prepared", "batch": record.batch,
+                "handles": [h.to_obj() for h in record.handles]}
+    elif isinstance(record, Committed):
+        body = {"kind": "committed", "batch": record.batch, "intent": record.intent_seq,
+                "losers": _ids(record.losers)}
+    elif isinstance(record, Partial):
+        body = {"kind": "partial", "batch": record.batch, "intent": record.intent_seq,
+                "committed": _ids(record.committed), "aborted": _ids(record.aborted)}
+    elif isinstance(record, Aborted):
+        body = {"kind": "aborted", "batch": record.batch, "intent": record.intent_seq,
+                "handles": [h.to_obj() for h in record.handles], "reason": record.reason}
+    elif isinstance(record, Duplicates):
+        body = {"kind": "duplicates", "batch": record.batch, "ids": _ids(record.ids)}
+    elif isinstance(record, Orphans):
+        body = {"kind": "orphans", "ids": _ids(record.ids)}
+    elif isinstance(record, RollForward):
+        body = {"kind": "rollforward", "ids": _ids(record.ids)}
+    else:
+        body = {"kind": "resolved", "batch": record.batch, "decision": record.decision,
+                "note": record.note}
+    body["v"] = VERSION
+    return body
+
+
+def from_body(body: dict[str, Any]) -> LogRecord:
+    """Read a stored body back; RecordFormatError for anything not written by this format."""
+    if body.get("v") != VERSION:
+        raise RecordFormatError(f"record format version {body.get('v')!r}, this code reads {VERSION}")
+    kind = body.get("kind")
+    try:
+        if kind == "prepared":
+            return Prepared(str(body["batch"]), _handles(body["handles"]))
+        if kind == "committed":
+            return Committed(str(body["batch"]), _opt_int(body["intent"]), _tuple(body["losers"]))
+        if kind == "partial":
+            return Partial(str(body["batch"]), int(body["intent"]), _tuple(body["committed"]),
+                           _tuple(body["aborted"]))
+        if kind == "aborted":
+            return Aborted(str(body["batch"]), _handles(body["handles"]), str(body["reason"]),
+                           _opt_int(body["intent"]))
+        if kind == "duplicates":
+            return Duplicates(str(body["batch"]), _tuple(body["ids"]))
+        if kind == "orphans":
+            return Orphans(_tuple(body["ids"]))
+        if kind == "rollforward":
+            return RollForward(_tuple(body["ids"]))
+        if kind == "resolved":
+            decision = str(body["decision"])
+            if decision not in DECISIONS:
+                raise RecordFormatError(f"unknown resolution {decision!r}")
+            return Resolved(str(body["batch"]), decision, str(body["note"]))
+    except (KeyError, TypeError, ValueError, HandleFormatError) as exc:
+        if isinstance(exc, RecordFormatError):
+            raise
+        raise RecordFormatError(f"bad {kind} record: {exc}") from exc
+    raise RecordFormatError(f"unknown record kind {kind!r}")
+
+
+def binding_body(binding: Binding) -> dict[str, Any]:
+    return {"kind": "binding", "v": VERSION, "owner_kind": binding.owner_kind,
+            "owner_id": binding.owner_id, "prefix": binding.prefix}
+
+
+def binding_from_body(body: dict[str, Any]) -> Binding:
+    if body.get("kind") != "binding" or body.get("v") != VERSION:
+        raise RecordFormatError(f"not a binding of format {VERSION}: {body!r:.200}")
+    try:
+        return Binding(str(body["owner_kind"]), str(body["owner_id"]), str(body["prefix"]))
+    except KeyError as exc:
+        raise RecordFormatError(f"bad binding: missing {exc}") from exc
+
+
+def _handles(raw: Any) -> tuple[Handle, ...]:
+    if not isinstance(raw, list):
+        raise RecordFormatError(f"handles must be a list, got {type(raw).__name__}")
+    return tuple(Handle.from_obj(h) for h in raw)
+
+
+def _tuple(raw: Any) -> tuple[str, ...]:
+    if not isinstance(raw, list):
+        raise RecordFormatError(f"ids must be a list, got {type(raw).__name__}")
+    return tuple(str(v) for v in raw)
+
+
+def _opt_int(raw: Any) -> int | None:
+    return None if raw is None else int(raw)

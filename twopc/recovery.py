@@ -1,0 +1,202 @@
+"""Recovery of recorded intents without outcome (DESIGN.md section 4), in two passes.
+
+Pass 1 acts on what the coordinator proves: it names, in one record, the open transactions it will
+roll forward (and, when sweeping, the pool's open transactions nothing recorded names), then
+commits the first and fences the second. Pass 2 asks the log itself about the rest, with a bounded
+wait that ends in "unknown" rather than a hang. Each batch's outcome is then recorded. The
+decisions are in decisions.py; this module only asks and carries out.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from twopc.control import ControlClient, EndTxnOutcome, EndTxnRequest, TxnState
+from twopc.crashpoints import crash_point
+from twopc.decisions import (
+    BatchOutcome,
+    BatchState,
+    Fate,
+    Verdict,
+    batch_outcome,
+    combine_spans,
+    fate_of_end_txn,
+    fate_of_log_check,
+    pass1,
+    unnamed_open,
+)
+from twopc.errors import UndecidedError
+from twopc.handle import Handle
+from twopc.records import Aborted, Committed, Orphans, Partial, RollForward
+from twopc.session import Session
+
+_POLL_S = 0.2
+
+
+@dataclass(frozen=True)
+class HandleReport:
+    batch: str
+    transactional_id: str
+    task_partition: int
+    record_count: int
+    pass1: str  # what the coordinator said (or the EndTxn answer, in a commit call)
+    outcome: str  # committed / aborted / unknown
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class BatchReport:
+    batch: str
+    outcome: BatchOutcome
+    handles: tuple[HandleReport, ...]
+    recorded_seq: int | None  # the outcome record, None if undecided
+
+    @property
+    def committed_partitions(self) -> list[int]:
+        return sorted(h.task_partition for h in self.handles if h.outcome == "committed")
+
+    @property
+    def lost_partitions(self) -> list[int]:
+        return sorted(h.task_partition for h in self.handles if h.outcome == "aborted")
+
+
+@dataclass
+class RecoveryReport:
+    batches: list[BatchReport] = field(default_factory=list)
+    rolled_forward: tuple[str, ...] = ()
+    orphans_fenced: tuple[str, ...] = ()
+
+    @property
+    def undecided(self) -> list[BatchReport]:
+        return [b for b in self.batches if b.outcome is BatchOutcome.UNDECIDED]
+
+    def raise_if_undecided(self) -> None:
+        for b in self.undecided:
+            raise UndecidedError(b.batch, {h.transactional_id: h.reason for h in b.handles
+                                           if h.outcome not in ("committed", "aborted")}, self)
+
+    def summary(self) -> str:
+        parts = [f"batch {b.batch}: {b.outcome.value}" for b in self.batches]
+        if self.rolled_forward:
+            parts.append(f"rolled forward {len(self.rolled_forward)}")
+        if self.orphans_fenced:
+            parts.append(f"fenced {len(self.orphans_fenced)} orphans")
+        return "; ".join(parts) or "nothing to recover"
+
+
+def settle(session: Session, control: ControlClient, batches: Sequence[BatchState], *,
+           prefix: str, wait_ms: int, sweep: bool,
+           answered: Mapping[str, Verdict] | None = None,
+           clock: Callable[[], float] = time.monotonic) -> RecoveryReport:
+    """Settle the open intents of `batches` and record each one's outcome.
+
+    `answered` holds verdicts already known for some handles (a commit call's EndTxn answers):
+    they skip pass 1. With `sweep`, pass 1 also fences the pool's unnamed open transactions.
+    """
+    handles = [(b, h) for b in batches for h in b.intent]
+    known = dict(answered or {})
+    first: dict[str, Verdict] = dict(known)
+    to_describe = [h.transactional_id for _, h in handles if h.transactional_id not in known]
+    described = control.describe_transactions(to_describe) if to_describe else {}
+    for _, h in handles:
+        if h.transactional_id not in first:
+            first[h.transactional_id] = pass1(h, described.get(h.transactional_id))
+
+    roll = [h for _, h in handles if first[h.transactional_id].fate is Fate.ROLL_FORWARD]
+    orphans: tuple[str, ...] = ()
+    if sweep:
+        listed = control.list_transactions(prefix, states=[TxnState.ONGOING])
+        orphans = unnamed_open(prefix, (t.transactional_id for t in listed),
+                               protected=(h.transactional_id for h in roll))
+    # Every EndTxn and fence follows a record this call appended that names its ids.
+    if roll:
+        session.append(RollForward(tuple(h.transactional_id for h in roll)))
+    if orphans:
+        session.append(Orphans(orphans))
+    crash_point("recovery.after_record")
+
+    fates = dict(first)
+    if roll:
+        answers = _commit_all(control, roll)
+        for h in roll:
+            fates[h.transactional_id] = fate_of_end_txn(answers.get(h.transactional_id))
+        crash_point("recovery.after_rollforward")
+    if orphans:
+        control.fence(orphans)
+        crash_point("recovery.during_sweep")
+
+    undecided = [h for _, h in handles if fates[h.transactional_id].fate is Fate.UNDECIDED]
+    fates.update(check_logs(control, undecided, wait_ms, clock))
+
+    report = RecoveryReport(rolled_forward=tuple(h.transactional_id for h in roll),
+                            orphans_fenced=orphans)
+    for b in batches:
+        report.batches.append(_record_outcome(session, b, first, fates))
+        crash_point("recovery.after_outcome")
+    return report
+
+
+def _commit_all(control: ControlClient, handles: Sequence[Handle]) -> dict[str, EndTxnOutcome]:
+    return control.end_txns([EndTxnRequest(h.transactional_id, h.producer_id, h.epoch, True)
+                             for h in handles])
+
+
+def check_logs(control: ControlClient, handles: Sequence[Handle], wait_ms: int,
+               clock: Callable[[], float] = time.monotonic) -> dict[str, Verdict]:
+    """Pass 2: the log check for each handle, waiting (bounded) while a partition is not stable."""
+    deadline = clock() + wait_ms / 1000
+    out: dict[str, Verdict] = {}
+    todo = list(handles)
+    while todo:
+        waiting: list[Handle] = []
+        for h in todo:
+            verdicts: list[Verdict] = []
+            for span in h.spans:
+                v = fate_of_log_check(control.log_check(span.topic, span.partition,
+                                                        span.first_offset, h.producer_id, h.epoch,
+                                                        span.topic_id))
+                verdicts.append(v)
+                if v.fate in (Fate.COMMITTED, Fate.ABORTED):
+                    break
+            v = combine_spans(verdicts)
+            out[h.transactional_id] = v
+            if v.fate is Fate.WAIT:
+                waiting.append(h)
+        todo = waiting
+        if todo and clock() >= deadline:
+            for h in todo:
+                out[h.transactional_id] = Verdict(
+                    Fate.UNKNOWN, f"not stable after {wait_ms} ms ({out[h.transactional_id].reason})")
+            break
+        if todo:
+            time.sleep(_POLL_S)
+    return out
+
+
+def _record_outcome(session: Session, b: BatchState, first: Mapping[str, Verdict],
+                    fates: Mapping[str, Verdict]) -> BatchReport:
+    mine = {h.transactional_id: fates[h.transactional_id] for h in b.intent}
+    outcome = batch_outcome(mine)
+    assert b.intent_seq is not None
+    seq: int | None = None
+    if outcome is BatchOutcome.COMMITTED:
+        seq = session.append(Committed(b.batch, b.intent_seq, ()))
+    elif outcome is BatchOutcome.ABORTED:
+        reasons = sorted({v.reason for v in mine.values()})
+        seq = session.append(Aborted(b.batch, b.intent, "; ".join(reasons)[:500], b.intent_seq))
+    elif outcome is BatchOutcome.PARTIAL:
+        won = tuple(t for t, v in mine.items() if v.fate is Fate.COMMITTED)
+        lost = tuple(t for t, v in mine.items() if v.fate is Fate.ABORTED)
+        seq = session.append(Partial(b.batch, b.intent_seq, won, lost))
+    rows = tuple(
+        HandleReport(b.batch, h.transactional_id, h.task_partition, h.record_count,
+                     first[h.transactional_id].fate.value,
+                     _outcome_name(mine[h.transactional_id]), mine[h.transactional_id].reason)
+        for h in b.intent)
+    return BatchReport(b.batch, outcome, rows, seq)
+
+
+def _outcome_name(v: Verdict) -> str:
+    return v.fate.value if v.fate in (Fate.COMMITTED, Fate.ABORTED) else "unknown"
