@@ -51,12 +51,15 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def run(bootstrap: str, n: int, rounds: int) -> dict[str, Any]:
+def run(bootstrap: str, n: int, rounds: int, connections: int = 8) -> dict[str, Any]:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     topic = f"bench-endtxn-{uuid.uuid4().hex[:8]}"
     admin.create_topics([NewTopic(topic, 8, 1)])[topic].result(60)
-    results: dict[str, Any] = {"transactions": n, "rounds": rounds}
-    with ControlClient({"bootstrap.servers": bootstrap}) as client:
+    results: dict[str, Any] = {"transactions": n, "rounds": rounds,
+                               "connections_per_broker": connections}
+    with ControlClient({"bootstrap.servers": bootstrap,
+                        "twopc.control.connections.per.broker": str(connections)}) as client:
+        client.describe_transactions(["bench-warm-up"])  # connect before timing
         for precheck in (False, True):
             times: list[float] = []
             for _ in range(rounds):
@@ -81,14 +84,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bootstrap-servers", default=None)
     ap.add_argument("--transactions", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--connections", type=int, default=8, help="connections per broker")
     args = ap.parse_args(argv)
     if args.bootstrap_servers:
-        report = run(args.bootstrap_servers, args.transactions, args.rounds)
+        report = run(args.bootstrap_servers, args.transactions, args.rounds, args.connections)
     else:
         from twopc.broker import LocalKafka
 
         with LocalKafka() as kafka:  # starts it; stops it and removes its data on exit
-            report = run(kafka.bootstrap_servers, args.transactions, args.rounds)
+            report = run(kafka.bootstrap_servers, args.transactions, args.rounds,
+                         args.connections)
     print(json.dumps(report, indent=2))
     return 0
 

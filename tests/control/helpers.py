@@ -48,28 +48,36 @@ def open_txn(bootstrap: str, topic: str, *, count: int = 20, end: str = "open",
 
 
 def read_committed(bootstrap: str, topic: str, timeout_s: float = 30.0) -> list[str]:
-    """Every value a read_committed consumer sees in `topic`, reading each partition to its end."""
+    """Every value a read_committed consumer sees in `topic`, reading each partition to its high
+    watermark: EndTxn returns before the coordinator's markers are written, so stopping at the
+    first end-of-partition (the last stable offset) could miss records that are committed."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex}",
                   "isolation.level": "read_committed", "auto.offset.reset": "earliest",
                   "enable.partition.eof": True, "enable.auto.commit": False})
     try:
         md = c.list_topics(topic, timeout=10)
-        parts = list(md.topics[topic].partitions)
-        c.assign([TopicPartition(topic, p, 0) for p in parts])
-        pending, values = set(parts), []
+        tps = [TopicPartition(topic, p, 0) for p in md.topics[topic].partitions]
+        c.assign(tps)
+        ends = {tp.partition: c.get_watermark_offsets(tp, timeout=10)[1] for tp in tps}
+        position = {tp.partition: 0 for tp in tps}
+        values: list[str] = []
         deadline = time.monotonic() + timeout_s
-        while pending and time.monotonic() < deadline:
-            msg = c.poll(0.5)
+        while any(position[p] < ends[p] for p in ends) and time.monotonic() < deadline:
+            msg = c.poll(0.2)
             if msg is None:
                 continue
             err = msg.error()
+            part, offset = msg.partition(), msg.offset()
+            assert part is not None and offset is not None
             if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    pending.discard(msg.partition())
-                    continue
-                raise AssertionError(f"consumer error: {err}")
+                if err.code() != KafkaError._PARTITION_EOF:
+                    raise AssertionError(f"consumer error: {err}")
+                position[part] = max(position[part], offset)
+                continue
             values.append((msg.value() or b"").decode())
-        assert not pending, f"partitions {pending} of {topic} never reached their end"
+            position[part] = max(position[part], offset + 1)
+        behind = {p: (position[p], ends[p]) for p in ends if position[p] < ends[p]}
+        assert not behind, f"partitions of {topic} never reached their end: {behind}"
         return values
     finally:
         c.close()

@@ -282,6 +282,7 @@ class ControlClient:
         last answer; an exhausted budget returns that retriable code for the caller to classify."""
         backoff = Backoff(self._settings)
         while True:
+            node: int | None = None
             try:
                 node = (await self._cluster.coordinators([tid]))[tid]
                 conn = await self._cluster.connection(node)
@@ -291,7 +292,8 @@ class ControlClient:
                 # The coordinator may be down: look it up again. Ending a transaction twice is
                 # safe (a retry of the same ending answers NONE).
                 self._cluster.forget_coordinator(tid)
-                self._cluster.brokers.clear()
+                if node is not None:
+                    self._cluster.drop_node(node)
                 result = None
                 code = e.ERROR_CODES["NETWORK_EXCEPTION"]
             except RetriesExhaustedError as exc:
@@ -336,6 +338,7 @@ class ControlClient:
                         topic_id: uuid.UUID | None) -> FetchProbe:
         backoff = Backoff(self._settings)
         while True:
+            node: int | None = None
             try:
                 node = await self._cluster.leader(topic, partition)
                 conn = await self._cluster.connection(node)
@@ -347,7 +350,8 @@ class ControlClient:
                 code = top if top != 0 else (parts[0].error_code if parts else 0)
             except BrokerConnectionError:
                 self._cluster.forget_leader(topic, partition)
-                self._cluster.brokers.clear()
+                if node is not None:
+                    self._cluster.drop_node(node)
                 code, parts = e.ERROR_CODES["NETWORK_EXCEPTION"], []
             if code in e.LEADER_RETRIABLE or code == e.ERROR_CODES["NETWORK_EXCEPTION"]:
                 self._cluster.forget_leader(topic, partition)

@@ -53,9 +53,9 @@ class Cluster:
         self.settings = settings
         self.brokers: dict[int, BrokerInfo] = {}
         self._pools: dict[int, list[BrokerConnection]] = {}
-        self._turn: dict[int, int] = {}
         self._locks: dict[int, asyncio.Lock] = {}
         self._bootstrap: BrokerConnection | None = None
+        self._down_until: dict[int, float] = {}
         self._coordinators: dict[str, int] = {}
         self._leaders: dict[tuple[str, int], int] = {}
         self.topic_ids: dict[str, uuid.UUID] = {}
@@ -63,8 +63,16 @@ class Cluster:
     # --- connections ---------------------------------------------------------------------
 
     async def any_connection(self) -> BrokerConnection:
-        if self.brokers:
-            return await self.connection(random.choice(list(self.brokers)))
+        """A connection to some live broker: known brokers first (recently failed ones last),
+        then the bootstrap list."""
+        now = asyncio.get_running_loop().time()
+        nodes = random.sample(list(self.brokers), len(self.brokers))
+        nodes.sort(key=lambda n: self._down_until.get(n, 0.0) > now)
+        for node_id in nodes:
+            try:
+                return await self.connection(node_id)
+            except BrokerConnectionError:
+                continue
         if self._bootstrap is not None and self._bootstrap.alive:
             return self._bootstrap
         errors: list[str] = []
@@ -80,24 +88,31 @@ class Cluster:
         raise BrokerConnectionError("no bootstrap broker reachable: " + "; ".join(errors))
 
     async def connection(self, node_id: int) -> BrokerConnection:
-        if node_id not in self.brokers:
+        info = self.brokers.get(node_id)
+        if info is None:
             await self.refresh_metadata()
-            if node_id not in self.brokers:
+            info = self.brokers.get(node_id)
+            if info is None:
                 raise BrokerConnectionError(f"broker {node_id} is not in the cluster metadata")
         lock = self._locks.setdefault(node_id, asyncio.Lock())
         async with lock:
             pool = [c for c in self._pools.get(node_id, []) if c.alive]
-            turn = self._turn.get(node_id, 0)
-            self._turn[node_id] = turn + 1
-            if len(pool) < self.settings.connections_per_broker:
-                info = self.brokers[node_id]
-                conn = BrokerConnection(info.host, info.port, self.settings, node_id)
-                await conn.connect()
-                pool.append(conn)
-                self._pools[node_id] = pool
-                return conn
             self._pools[node_id] = pool
-            return pool[turn % len(pool)]
+            # Kafka serves one request per connection at a time: open another connection only
+            # while every one we have is busy, up to the configured pool size.
+            idle = min(pool, key=lambda c: c.in_flight, default=None)
+            if idle is not None and (idle.in_flight == 0
+                                     or len(pool) >= self.settings.connections_per_broker):
+                return idle
+            conn = BrokerConnection(info.host, info.port, self.settings, node_id)
+            try:
+                await conn.connect()
+            except BrokerConnectionError:
+                self._down_until[node_id] = asyncio.get_running_loop().time() + 5.0
+                raise
+            self._down_until.pop(node_id, None)
+            pool.append(conn)
+            return conn
 
     async def close(self) -> None:
         conns = [c for pool in self._pools.values() for c in pool]
@@ -128,7 +143,8 @@ class Cluster:
                     m.encode_metadata(version, None if topics is None else list(topics))))
                 break
             except BrokerConnectionError:
-                self.brokers.pop(conn.node_id, None) if conn.node_id is not None else None
+                if conn.node_id is not None:
+                    self.drop_node(conn.node_id)
                 if not await backoff.wait():
                     raise
         if resp.brokers:
@@ -142,12 +158,6 @@ class Cluster:
         return resp
 
     async def _metadata_connection(self) -> BrokerConnection:
-        for node_id in random.sample(list(self.brokers), len(self.brokers)):
-            try:
-                return await self.connection(node_id)
-            except BrokerConnectionError:
-                continue
-        self.brokers = {}
         return await self.any_connection()
 
     async def leader(self, topic: str, partition: int) -> int:
@@ -179,8 +189,7 @@ class Cluster:
                 replies = await asyncio.gather(*(self._find(conn, version, b) for b in batches))
             except BrokerConnectionError:
                 if conn.node_id is not None:
-                    self.brokers.pop(conn.node_id, None)
-                self._bootstrap = None
+                    self.drop_node(conn.node_id)
                 retry, last_error = missing, 13
                 replies = []
             for reply in replies:

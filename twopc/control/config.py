@@ -36,7 +36,7 @@ class ClientSettings:
     retry_backoff_max_s: float = 1.0
     # How long retriable errors (coordinator moves, CONCURRENT_TRANSACTIONS) are retried.
     retry_timeout_s: float = 60.0
-    connections_per_broker: int = 2
+    connections_per_broker: int = 8
 
     @property
     def uses_ssl(self) -> bool:
@@ -110,7 +110,7 @@ def settings_from_config(config: Mapping[str, object]) -> ClientSettings:
     algorithm = cfg.get("ssl.endpoint.identification.algorithm", "https").lower()
     if algorithm not in ("https", "none"):
         raise ConfigError("ssl.endpoint.identification.algorithm must be https or none")
-    per_broker = cfg.get("twopc.control.connections.per.broker", "2")
+    per_broker = cfg.get("twopc.control.connections.per.broker", "8")
     if not per_broker.isdigit() or not 1 <= int(per_broker) <= 16:
         raise ConfigError("twopc.control.connections.per.broker must be between 1 and 16")
     return ClientSettings(

@@ -66,6 +66,10 @@ class BrokerConnection:
         return f"BrokerConnection({self.host}:{self.port}, node {self.node_id})"
 
     @property
+    def in_flight(self) -> int:
+        return len(self._pending)
+
+    @property
     def alive(self) -> bool:
         return self._writer is not None and self._failure is None
 
