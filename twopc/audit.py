@@ -140,8 +140,15 @@ def audit_topic(
     expected_ids: Iterable[str] | None = None,
     id_of: IdOf = id_from_value,
     timeout_s: float = 60.0,
+    settle_s: float = 0.0,
 ) -> AuditReport:
-    """Read `topic` to its last stable offset with read_committed and count ids."""
+    """Read `topic` to its last stable offset with read_committed and count ids.
+
+    `settle_s` first waits (bounded) for open transactions to end: EndTxn answers before the commit
+    markers are written, so an audit right after a commit may otherwise see a transaction still open.
+    """
+    if settle_s > 0:
+        wait_until_stable(config, topic, settle_s)
     report = AuditReport(topic)
     offsets = partition_offsets(config, topic)
     report.lagging = [

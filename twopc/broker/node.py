@@ -55,8 +55,8 @@ class Node:
             classpath,
             "kafka.tools.StorageTool",
             "format",
-            "-t",
-            cluster_id,
+            # `=` form: a base64url id may start with "-", which argparse would take for an option.
+            f"--cluster-id={cluster_id}",
             "-c",
             str(self.config_path),
             *feature_args,
