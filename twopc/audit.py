@@ -100,8 +100,34 @@ class AuditReport:
         }
 
 
-def partition_offsets(config: Mapping[str, str], topic: str) -> dict[int, tuple[int, int]]:
-    """partition -> (last stable offset, high watermark), asked with ListOffsets at both isolation levels."""
+def partition_offsets(
+    config: Mapping[str, str], topic: str, retry_s: float = 30.0
+) -> dict[int, tuple[int, int]]:
+    """partition -> (last stable offset, high watermark), asked with ListOffsets at both isolation levels.
+
+    Retriable answers (a leader still being elected after a broker restart) are retried for `retry_s`.
+    """
+    deadline = time.monotonic() + retry_s
+    while True:
+        try:
+            return _partition_offsets(config, topic)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            transient = isinstance(err, KafkaError) and (
+                err.retriable() or err.code() in _TRANSIENT_CODES
+            )
+            if not transient or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+_TRANSIENT_CODES = frozenset({
+    KafkaError.UNKNOWN_LEADER_EPOCH, KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE, KafkaError.FENCED_LEADER_EPOCH,
+})
+
+
+def _partition_offsets(config: Mapping[str, str], topic: str) -> dict[int, tuple[int, int]]:
     # log_level 3: librdkafka otherwise reports its own clean-up of answered requests at info level.
     admin = AdminClient({**config, "log_level": 3})
     md = admin.list_topics(topic, timeout=10)

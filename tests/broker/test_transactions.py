@@ -9,8 +9,6 @@ the coordinator times it out.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 import uuid
 
@@ -19,6 +17,7 @@ from confluent_kafka import Producer
 
 from twopc.audit import audit_topic, partition_offsets, wait_until_stable
 from twopc.testing.brokers import KafkaUnderTest
+from twopc.testing.txn_producer import run_txn_producer
 
 pytestmark = [pytest.mark.integration, pytest.mark.all_variants]
 
@@ -28,26 +27,7 @@ def _ids(prefix: str, n: int) -> list[str]:
 
 
 def _run_producer(broker: KafkaUnderTest, topic: str, end: str, count: int, **kw: str) -> dict:
-    cmd = [
-        sys.executable,
-        "-m",
-        "twopc.testing.txn_producer",
-        "--bootstrap",
-        broker.bootstrap_servers,
-        "--topic",
-        topic,
-        "--transactional-id",
-        f"test-{uuid.uuid4().hex[:8]}",
-        "--count",
-        str(count),
-        "--end",
-        end,
-    ]
-    for key, value in kw.items():
-        cmd += [f"--{key.replace('_', '-')}", value]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_txn_producer(broker.bootstrap_servers, topic, end, count, **kw)
 
 
 def test_committed_transaction_is_visible(broker: KafkaUnderTest, topic: str) -> None:

@@ -5,22 +5,17 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import uuid
 
 import pytest
 
 from twopc.testing.brokers import KafkaUnderTest
+from twopc.testing.txn_producer import run_txn_producer
 
 pytestmark = pytest.mark.integration
 
 
 def _produce(broker: KafkaUnderTest, topic: str, end: str, count: int, prefix: str) -> None:
-    subprocess.run(
-        [sys.executable, "-m", "twopc.testing.txn_producer", "--bootstrap", broker.bootstrap_servers,
-         "--topic", topic, "--transactional-id", f"v-{uuid.uuid4().hex[:8]}", "--count", str(count),
-         "--end", end, "--id-prefix", prefix, "--timeout-ms", "60000"],
-        check=True, capture_output=True, timeout=120,
-    )
+    run_txn_producer(broker.bootstrap_servers, topic, end, count, id_prefix=prefix)
 
 
 def _verify(broker: KafkaUnderTest, topic: str, *extra: str) -> tuple[int, dict]:

@@ -8,17 +8,14 @@ the exactly-once audit reading the topic back with read_committed.
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
-import sys
 import time
-import uuid
 from typing import Any
 
 from twopc.audit import audit_topic, partition_offsets, wait_until_stable
 from twopc.broker import VARIANTS, BrokerError
 from twopc.cli._output import emit_json, fail
 from twopc.testing.brokers import KafkaUnderTest, start_kafka
+from twopc.testing.txn_producer import run_txn_producer
 
 
 def register(sub: Any) -> None:
@@ -41,12 +38,7 @@ def _say(msg: str) -> None:
 
 
 def _producer(kafka: KafkaUnderTest, topic: str, end: str, count: int, prefix: str) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "twopc.testing.txn_producer", "--bootstrap", kafka.bootstrap_servers,
-           "--topic", topic, "--transactional-id", f"demo-{uuid.uuid4().hex[:8]}", "--count", str(count),
-           "--end", end, "--id-prefix", prefix, "--timeout-ms", "5000"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=120)
-    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    return result
+    return run_txn_producer(kafka.bootstrap_servers, topic, end, count, id_prefix=prefix, timeout_ms=5000)
 
 
 def _demo(args: argparse.Namespace) -> int:

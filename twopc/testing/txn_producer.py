@@ -21,6 +21,29 @@ from typing import Any
 from confluent_kafka import KafkaError, Message, Producer
 
 
+def run_txn_producer(
+    bootstrap: str, topic: str, end: str, count: int, *, transactional_id: str | None = None,
+    **options: str | int,
+) -> dict[str, Any]:
+    """Run this module in a new process and return the JSON line it prints.
+
+    `options` are the other flags with `_` for `-` (id_prefix="r-", timeout_ms=3000, partition=0, ...).
+    """
+    import subprocess
+    import uuid
+
+    cmd = [sys.executable, "-m", "twopc.testing.txn_producer", "--bootstrap", bootstrap,
+           "--topic", topic, "--count", str(count), "--end", end,
+           "--transactional-id", transactional_id or f"txn-{uuid.uuid4().hex[:10]}"]
+    for key, value in options.items():
+        cmd += [f"--{key.replace('_', '-')}", str(value)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"txn_producer failed ({proc.returncode}): {proc.stdout}{proc.stderr}")
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--bootstrap", required=True)
