@@ -1,0 +1,128 @@
+"""The kafka2pc options and input schema: pure checks, no broker and no JVM."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+from twopc.spark.errors import InputSchemaError, OptionError
+from twopc.spark.options import parse_options
+from twopc.spark.schema import check_schema
+
+BASE = {
+    "kafka.bootstrap.servers": "localhost:9092",
+    "twopc.checkpoint": "file:///tmp/x",
+    "twopc.transactionalIdPrefix": "orders",
+}
+
+
+def lower(options: dict[str, str]) -> dict[str, str]:
+    # What Spark hands a Python data source: lower-cased keys.
+    return {k.lower(): v for k, v in options.items()}
+
+
+def test_minimal_options_parse_with_defaults() -> None:
+    config = parse_options(lower({**BASE, "topic": "t", "kafka.linger.ms": "5"}), streaming=True)
+    assert config.producer_config == {"bootstrap.servers": "localhost:9092", "linger.ms": "5"}
+    assert config.topic == "t"
+    assert config.prefix == "orders"
+    assert config.transaction_timeout_ms == 60_000
+    assert config.job_id is None
+    assert pickle.loads(pickle.dumps(config)) == config
+
+
+def test_names_are_case_insensitive_and_values_keep_case() -> None:
+    config = parse_options(
+        {**BASE, "kafka.sasl.password": "PaSs", "TWOPC.TRANSACTIONTIMEOUTMS": "90000"}, streaming=False
+    )
+    assert config.producer_config["sasl.password"] == "PaSs"
+    assert config.transaction_timeout_ms == 90_000
+
+
+@pytest.mark.parametrize(
+    ("extra", "drop", "needle"),
+    [
+        ({}, "kafka.bootstrap.servers", "kafka.bootstrap.servers is required"),
+        ({}, "twopc.checkpoint", "twopc.checkpoint is required"),
+        ({}, "twopc.transactionalIdPrefix", "twopc.transactionalIdPrefix is required"),
+        ({"twopc.checkpoint": "memory://x"}, None, "memory:// lives inside one process"),
+        ({"twopc.transactionalIdPrefix": "a b"}, None, "letters, digits"),
+        ({"twopc.transactionTimeoutMs": "soon"}, None, "must be an integer"),
+        ({"twopc.transactionTimeoutMs": "10"}, None, "at least 1000"),
+        ({"kafka.transactional.id": "x"}, None, "kafka.transactional.id is not allowed"),
+        ({"kafka.transaction.timeout.ms": "1"}, None, "twopc.transactionTimeoutMs"),
+        ({"kafka.enable.idempotence": "false"}, None, "not allowed"),
+        ({"twopc.chekpoint": "x"}, None, "unknown option 'twopc.chekpoint'"),
+        ({"twopc.allowUnconditionalCreate": "yes"}, None, "true or false"),
+        ({"twopc.storageOptions": "[1]"}, None, "JSON object"),
+        ({"topic": " "}, None, "topic is empty"),
+        ({"twopc.jobId": "j1"}, None, "for batch writes"),
+    ],
+)
+def test_bad_options_name_the_problem(extra: dict[str, str], drop: str | None, needle: str) -> None:
+    options = {**BASE, **extra}
+    if drop:
+        del options[drop]
+    with pytest.raises(OptionError, match=needle.replace("(", r"\(")):
+        parse_options(lower(options), streaming=True)
+
+
+def test_storage_options_from_json_and_prefixed_keys() -> None:
+    config = parse_options(
+        {**BASE, "twopc.storageOptions": '{"anon": false, "client_kwargs": {"a": 1}}',
+         "twopc.storage.key": "k"},
+        streaming=False,
+    )
+    assert config.storage_options == {"anon": False, "client_kwargs": {"a": 1}, "key": "k"}
+
+
+@given(st.integers(min_value=0, max_value=10_000), st.integers(min_value=2, max_value=64))
+def test_slots_are_bounded_and_consecutive_attempts_differ(attempt: int, slots: int) -> None:
+    config = parse_options({**BASE, "twopc.slotsPerPartition": str(slots)}, streaming=True)
+    assert 0 <= config.slot(attempt) < slots
+    assert config.slot(attempt) != config.slot(attempt + 1)
+
+
+HEADERS = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
+
+
+def schema(*fields: tuple[str, object]) -> StructType:
+    return StructType([StructField(name, dtype) for name, dtype in fields])  # type: ignore[arg-type]
+
+
+def test_full_kafka_schema_is_accepted() -> None:
+    layout = check_schema(
+        schema(("key", BinaryType()), ("value", StringType()), ("topic", StringType()),
+               ("partition", IntegerType()), ("headers", HEADERS), ("other", LongType())),
+        None,
+    )
+    assert layout.has_key and layout.has_topic and layout.has_partition and layout.has_headers
+
+
+@pytest.mark.parametrize(
+    ("fields", "topic", "needle"),
+    [
+        ((("key", StringType()),), "t", "no 'value' column"),
+        ((("value", LongType()),), "t", "value must be string or binary"),
+        ((("value", StringType()), ("key", IntegerType())), "t", "key must be string or binary"),
+        ((("value", StringType()),), None, "no topic"),
+        ((("value", StringType()), ("partition", LongType())), "t", "partition must be an int"),
+        ((("value", StringType()), ("headers", StringType())), "t", "headers must be array"),
+    ],
+)
+def test_bad_schema_names_the_column(fields: tuple[tuple[str, object], ...], topic: str | None,
+                                     needle: str) -> None:
+    with pytest.raises(InputSchemaError, match=needle):
+        check_schema(schema(*fields), topic)

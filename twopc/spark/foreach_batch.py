@@ -1,0 +1,69 @@
+"""A foreachBatch sink for existing pipelines: `df.writeStream.foreachBatch(sink).start()`.
+
+Exactly once by batch id, for a deterministic plan (Spark promises the same data for the same batch id
+only then). When the check before the intent fails (a transaction ran short of time), the batch was
+aborted whole and is written again within the same call, instead of stopping the query.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from twopc.errors import GuardFailed
+from twopc.spark.collect import write_tasks
+from twopc.spark.errors import MissingQueryIdentity
+from twopc.spark.options import parse_options
+from twopc.spark.runtime import QUERY, Owner, abort_batch, close_coordinator, open_coordinator, prepare
+from twopc.spark.schema import check_schema
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+_log = logging.getLogger(__name__)
+
+
+class ExactlyOnceKafkaSink:
+    """Options as for format("kafka2pc") (no twopc.jobId: the query is the owner)."""
+
+    def __init__(self, options: Mapping[str, str], *, attempts_per_batch: int = 3) -> None:
+        self.config = parse_options(options, streaming=True)
+        if attempts_per_batch < 1:
+            raise ValueError("attempts_per_batch must be at least 1")
+        self.attempts_per_batch = attempts_per_batch
+
+    def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
+        context = batch_df.sparkSession.sparkContext
+        query_id = context.getLocalProperty("sql.streaming.queryId")
+        if not query_id:
+            raise MissingQueryIdentity(
+                "ExactlyOnceKafkaSink must be called by a streaming query's foreachBatch: it binds "
+                "the twopc log to the query id"
+            )
+        check_schema(batch_df.schema, self.config.topic)
+        owner = Owner(QUERY, query_id)
+        batch = str(batch_id)
+        prepare(self.config, owner)
+        for attempt in range(1, self.attempts_per_batch + 1):
+            coordinator = open_coordinator(self.config, owner)
+            try:
+                if coordinator.is_committed(batch):
+                    _log.info("twopc: batch %s of query %s is already committed", batch, query_id)
+                    return
+                try:
+                    results = write_tasks(batch_df, self.config, owner, batch)
+                except BaseException:
+                    abort_batch(self.config, owner, batch, [])
+                    raise
+                try:
+                    coordinator.commit(batch, results)
+                    return
+                except GuardFailed as exc:
+                    # Nothing of the batch is visible and the abort is recorded: write it again.
+                    if attempt == self.attempts_per_batch:
+                        raise
+                    _log.warning("twopc: batch %s written again (%d/%d): %s",
+                                 batch, attempt + 1, self.attempts_per_batch, exc)
+            finally:
+                close_coordinator(coordinator)

@@ -1,0 +1,39 @@
+"""Guards at start (DESIGN.md section 4, guard 1), run on the driver before the first task writes.
+
+The cluster checks are the core's (`twopc.guards.check_at_start`); this adds what only the Spark
+options can tell: a producer setting that librdkafka refuses, and a source that is not rate-limited.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from confluent_kafka import KafkaException, Producer
+
+from twopc import guards
+from twopc.control import ControlClient
+from twopc.spark.errors import OptionError
+from twopc.spark.options import RATE_LIMITED, TIMEOUT, SinkConfig
+
+_log = logging.getLogger(__name__)
+
+
+def check_producer_config(config: SinkConfig) -> None:
+    """A bad `kafka.*` option fails here, once, on the driver, rather than in every task."""
+    try:
+        Producer(dict(config.producer_config))
+    except KafkaException as exc:
+        raise OptionError(f"a kafka.* option is not valid for the producer: {exc.args[0]}") from None
+
+
+def check_at_start(config: SinkConfig, *, streaming: bool) -> None:
+    check_producer_config(config)
+    with ControlClient(config.control_config()) as control:
+        guards.check_at_start(control, config.producer_config, config.transaction_timeout_ms)
+    if streaming and not config.source_rate_limited:
+        _log.warning(
+            "twopc: a transaction stays open for the whole micro-batch plus its commit (%s=%d ms). "
+            "Rate-limit the source (maxOffsetsPerTrigger / maxFilesPerTrigger) so that the first batch "
+            "after an outage cannot outgrow the timeout, then set %s=true to silence this warning",
+            TIMEOUT, config.transaction_timeout_ms, RATE_LIMITED,
+        )

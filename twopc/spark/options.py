@@ -1,0 +1,214 @@
+"""The options of the kafka2pc sink, parsed and checked into a typed config. Pure: no I/O.
+
+Option names follow Spark's built-in Kafka sink (`topic`, `kafka.*`) plus twopc's own `twopc.*` ones.
+Spark hands a Python data source its options with lower-cased keys, so every name here is matched
+case-insensitively; values keep their case (passwords, URLs).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from twopc.spark.errors import OptionError
+
+KAFKA_PREFIX = "kafka."
+STORAGE_PREFIX = "twopc.storage."
+
+CHECKPOINT = "twopc.checkpoint"
+PREFIX = "twopc.transactionalIdPrefix"
+TIMEOUT = "twopc.transactionTimeoutMs"
+JOB_ID = "twopc.jobId"
+SLOTS = "twopc.slotsPerPartition"
+MARGIN = "twopc.commitMarginMs"
+BUDGET = "twopc.taskBudgetMs"
+STORAGE_OPTIONS = "twopc.storageOptions"
+UNCONDITIONAL = "twopc.allowUnconditionalCreate"
+RATE_LIMITED = "twopc.sourceRateLimited"
+TOPIC = "topic"
+SPARK_CHECKPOINT = "checkpointLocation"
+# Spark adds this for every streaming sink; it is not ours to validate beyond reading it.
+_SPARK_OWNED = ("path",)
+
+DEFAULT_TIMEOUT_MS = 60_000
+DEFAULT_SLOTS = 8
+# librdkafka refuses a transaction.timeout.ms below 1000.
+MIN_TIMEOUT_MS = 1_000
+_PREFIX_RE = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
+_JOB_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,200}$")
+
+# Producer settings twopc must own: changing them would break the protocol.
+_FORBIDDEN_KAFKA = {
+    "transactional.id": f"twopc derives transactional ids from {PREFIX!r}; remove kafka.transactional.id",
+    "enable.idempotence": "transactions need idempotence; remove kafka.enable.idempotence",
+    "transaction.timeout.ms": f"set the transaction timeout with {TIMEOUT!r} instead",
+    "isolation.level": "a sink has no isolation level; remove kafka.isolation.level",
+    "key.serializer": "keys are written as bytes (string or binary columns); remove kafka.key.serializer",
+    "value.serializer": "values are written as bytes; remove kafka.value.serializer",
+}
+
+_KNOWN = {
+    name.lower(): name
+    for name in (
+        CHECKPOINT, PREFIX, TIMEOUT, JOB_ID, SLOTS, MARGIN, BUDGET, STORAGE_OPTIONS, UNCONDITIONAL,
+        RATE_LIMITED, TOPIC, SPARK_CHECKPOINT,
+    )
+}
+
+
+@dataclass(frozen=True)
+class SinkConfig:
+    """Everything the executors and the driver need; pickles with the Spark writer."""
+
+    producer_config: dict[str, str]
+    checkpoint_url: str
+    prefix: str
+    topic: str | None = None
+    storage_options: dict[str, Any] = field(default_factory=dict)
+    transaction_timeout_ms: int = DEFAULT_TIMEOUT_MS
+    slots: int = DEFAULT_SLOTS
+    job_id: str | None = None
+    margin_ms: int | None = None
+    budget_ms: int | None = None
+    allow_unconditional_create: bool = False
+    source_rate_limited: bool = False
+    spark_checkpoint: str | None = None
+
+    def control_config(self) -> dict[str, str]:
+        """The control client reads the same librdkafka-style keys (it ignores producer-only ones)."""
+        return dict(self.producer_config)
+
+    def slot(self, attempt: int) -> int:
+        """The id pool slot of a task attempt: concurrent attempts differ, the pool stays bounded."""
+        return attempt % self.slots
+
+    def with_job_id(self, job_id: str) -> SinkConfig:
+        return replace(self, job_id=_check_job_id(job_id))
+
+
+def _int(options: Mapping[str, str], name: str, default: int | None, minimum: int) -> int | None:
+    raw = options.get(name.lower())
+    if raw is None:
+        return default
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        raise OptionError(f"option {name} must be an integer, got {raw!r}") from None
+    if value < minimum:
+        raise OptionError(f"option {name} must be at least {minimum}, got {value}")
+    return value
+
+
+def _bool(options: Mapping[str, str], name: str) -> bool:
+    raw = str(options.get(name.lower(), "false")).strip().lower()
+    if raw not in ("true", "false"):
+        raise OptionError(f"option {name} must be true or false, got {raw!r}")
+    return raw == "true"
+
+
+def _check_job_id(job_id: str) -> str:
+    if not _JOB_ID_RE.match(job_id):
+        raise OptionError(
+            f"job id {job_id!r} must be 1-200 characters of letters, digits, '.', '_', ':' or '-'"
+        )
+    return job_id
+
+
+def _storage_options(options: Mapping[str, str]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    raw = options.get(STORAGE_OPTIONS.lower())
+    if raw is not None:
+        try:
+            parsed = json.loads(raw) if isinstance(raw, str) else raw
+        except json.JSONDecodeError as exc:
+            raise OptionError(f"option {STORAGE_OPTIONS} must be a JSON object: {exc}") from None
+        if not isinstance(parsed, dict):
+            raise OptionError(f"option {STORAGE_OPTIONS} must be a JSON object, got {raw!r}")
+        result.update(parsed)
+    for key, value in options.items():
+        if key.startswith(STORAGE_PREFIX):
+            # The case of fsspec keys matters (e.g. s3fs `client_kwargs`), but Spark lower-cases
+            # option keys; users who need mixed case use the JSON form.
+            result[key[len(STORAGE_PREFIX):]] = value
+    return result
+
+
+def parse_options(options: Mapping[str, Any], *, streaming: bool) -> SinkConfig:
+    """Check and type the options; every error names the option and what to change."""
+    lowered: dict[str, Any] = {}
+    for key, value in options.items():
+        low = str(key).lower()
+        if low in lowered:
+            raise OptionError(f"option {key} is given twice (option names ignore case)")
+        lowered[low] = value
+    for low in lowered:
+        if low.startswith((KAFKA_PREFIX, STORAGE_PREFIX)) or low in _KNOWN or low in _SPARK_OWNED:
+            continue
+        if low.startswith("twopc."):
+            names = ", ".join(sorted(_KNOWN.values()))
+            raise OptionError(f"unknown option {low!r}; twopc's options are: {names}")
+        # Other options (Spark's own, such as queryName) are not ours: leave them alone.
+
+    producer = {k[len(KAFKA_PREFIX):]: str(v) for k, v in lowered.items() if k.startswith(KAFKA_PREFIX)}
+    for key, why in _FORBIDDEN_KAFKA.items():
+        if key in producer:
+            raise OptionError(f"option kafka.{key} is not allowed: {why}")
+    if not producer.get("bootstrap.servers"):
+        raise OptionError("option kafka.bootstrap.servers is required (the Kafka cluster to write to)")
+
+    checkpoint = str(lowered.get(CHECKPOINT.lower(), "")).strip()
+    if not checkpoint:
+        raise OptionError(
+            f"option {CHECKPOINT} is required: a durable fsspec URL (file:///..., s3://...) where twopc "
+            "keeps its commit log; it must outlive restarts and be readable from the executors"
+        )
+    if checkpoint.startswith("memory://"):
+        raise OptionError(
+            f"option {CHECKPOINT}={checkpoint!r}: memory:// lives inside one process, but Spark's Python "
+            "workers are other processes; use a file:// or object-store URL"
+        )
+
+    prefix = str(lowered.get(PREFIX.lower(), "")).strip()
+    if not prefix:
+        raise OptionError(
+            f"option {PREFIX} is required: a name unique to this query or job and stable across its "
+            "restarts; transactional ids are '<prefix>-<partition>-<slot>'"
+        )
+    if not _PREFIX_RE.match(prefix):
+        raise OptionError(
+            f"option {PREFIX}={prefix!r} must be 1-200 characters of letters, digits, '.', '_' or '-'"
+        )
+
+    topic = lowered.get(TOPIC)
+    if topic is not None and not str(topic).strip():
+        raise OptionError("option topic is empty: give a topic name or leave the option out")
+
+    job_id = lowered.get(JOB_ID.lower())
+    if streaming and job_id is not None:
+        raise OptionError(
+            f"option {JOB_ID} is for batch writes; a streaming query is identified by its Spark "
+            "checkpoint, remove the option"
+        )
+
+    timeout = _int(lowered, TIMEOUT, DEFAULT_TIMEOUT_MS, MIN_TIMEOUT_MS)
+    assert timeout is not None
+    slots = _int(lowered, SLOTS, DEFAULT_SLOTS, 2)
+    assert slots is not None
+    return SinkConfig(
+        producer_config=producer,
+        checkpoint_url=checkpoint,
+        prefix=prefix,
+        topic=None if topic is None else str(topic).strip(),
+        storage_options=_storage_options(lowered),
+        transaction_timeout_ms=timeout,
+        slots=slots,
+        job_id=None if job_id is None else _check_job_id(str(job_id).strip()),
+        margin_ms=_int(lowered, MARGIN, None, 0),
+        budget_ms=_int(lowered, BUDGET, None, 1),
+        allow_unconditional_create=_bool(lowered, UNCONDITIONAL),
+        source_rate_limited=_bool(lowered, RATE_LIMITED),
+        spark_checkpoint=lowered.get(SPARK_CHECKPOINT.lower()),
+    )
