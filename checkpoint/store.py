@@ -189,10 +189,8 @@ class FsspecStore:
     def _cat(self, target: str) -> bytes | None:
         try:
             # s3fs would first HEAD the object to split a large read; one GET is enough here.
-            if self.is_s3:
-                data = self.fs.cat_file(target, max_concurrency=1)
-            else:
-                data = self.fs.cat_file(target)
+            kwargs = {"max_concurrency": 1} if self.is_s3 else {}
+            data = self.fs.cat_file(target, **kwargs)
         except FileNotFoundError:
             return None
         return bytes(data)

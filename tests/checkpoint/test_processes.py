@@ -150,11 +150,16 @@ def test_kill_at_random_moments_leaves_whole_records(target: Target) -> None:
     expected_min = -1
     for round_ in range(4):
         proc = _spawn(target, mode="append", writer=f"r{round_}", count=10_000)
-        time.sleep(rng.uniform(0.4, 1.5))  # the interpreter and s3fs start first
+        # Wait for the first append (interpreter and s3fs start-up vary a lot under load), then
+        # kill at a random moment among the appends that follow.
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        assert first, f"the writer exited before its first append: {proc.stderr and proc.stderr.read()}"
+        time.sleep(rng.uniform(0.0, 0.5))
         os.killpg(proc.pid, signal.SIGKILL)
         code, out, _ = _finish(proc)
         assert code == -signal.SIGKILL
-        won = [int(line.split()[1]) for line in out.splitlines()]
+        won = [int(line.split()[1]) for line in (first + out).splitlines()]
         last = _assert_log_whole(target)
         # Everything the writer reported is there; at most one more (killed before printing).
         if won:
