@@ -73,12 +73,13 @@ def test_precommitted_write_survives_the_drop_and_commits_exactly_once(
             for i, v in enumerate(ids)]
     import pandas.util  # noqa: F401  (its import may start threads of its own: count after it)
 
+    gc.collect()  # other clients of earlier tests are destroyed now, not during the count below
     threads = _threads()
     result = _write(broker, topic, rows, control)
     gc.collect()
     # librdkafka's threads (at least three per producer) are joined by its destroy: the
     # producer really is gone ...
-    assert _threads() == threads
+    assert _threads() <= threads
     h = result.handle
     assert result.kind is ResultKind.PRECOMMITTED and h is not None and result.rows == len(ids)
     assert (result.batch, result.task_partition, result.attempt) == ("7", 3, 1)
