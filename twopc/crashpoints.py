@@ -25,6 +25,10 @@ PAUSE_UNTIL_VAR = "TWOPC_PAUSE_UNTIL"
 # group of their own, in the same session): a crash point reached in a driver-side worker must take
 # all of them down at once, before the JVM can react (call abort()).
 SCOPE_VAR = "TWOPC_CRASH_SCOPE"
+# TWOPC_CRASH_WHEN_EXISTS=path: the crash point fires only once this file exists. A long-running
+# process (the streaming demo) reaches each point once per batch; the file lets its parent choose
+# the batch by creating it, where the point's name alone would always pick the first one.
+ARM_FILE_VAR = "TWOPC_CRASH_WHEN_EXISTS"
 
 
 def _kill_session() -> None:
@@ -38,10 +42,15 @@ def _kill_session() -> None:
                 pass
 
 
+def _armed_by_file() -> bool:
+    arm_file = os.environ.get(ARM_FILE_VAR)
+    return arm_file is None or os.path.exists(arm_file)
+
+
 def crash_point(name: str) -> None:
     """Kill this process with SIGKILL if ``TWOPC_CRASH_AT`` names this point (pause if
     ``TWOPC_PAUSE_AT`` does)."""
-    if os.environ.get(ENV_VAR) == name:
+    if os.environ.get(ENV_VAR) == name and _armed_by_file():
         if os.environ.get(SCOPE_VAR) == "session":
             _kill_session()
         os.kill(os.getpid(), signal.SIGKILL)

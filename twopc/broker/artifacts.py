@@ -3,7 +3,8 @@
 The embedded broker is the genuine `org.apache.kafka:kafka_2.13` artifact, not a fake: the tests' claims
 about exactly-once are only as good as the broker they run against. `pom.xml` beside this file names the
 artifacts; Maven (already needed for Spark's own Kafka package) fetches them once, and later runs reuse
-the cache, so CI re-runs on the same machine start in seconds.
+the cache, so CI re-runs on the same machine start in seconds. `spark-kafka-pom.xml` names Spark's own
+Kafka package (the built-in sink the demo compares with), resolved the same way.
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ from pathlib import Path
 from twopc.broker.errors import BrokerSetupError
 
 POM = Path(__file__).with_name("pom.xml")
+# Spark's built-in Kafka sink, for the demo's and the benchmarks' at-least-once comparison.
+SPARK_KAFKA_POM = Path(__file__).with_name("spark-kafka-pom.xml")
+SPARK_KAFKA_JARS_ENV = "TWOPC_SPARK_KAFKA_JARS"
 
 
 def cache_root() -> Path:
@@ -36,22 +40,62 @@ def slf4j_version_for(kafka_version: str) -> str:
 def kafka_classpath(kafka_version: str) -> str:
     """The broker's classpath (a `dir/*` wildcard), resolving the jars with Maven on first use."""
     lib = cache_root() / "kafka" / kafka_version / "lib"
-    done = lib.parent / ".complete"
-    if not done.exists():
-        _resolve(kafka_version, lib, done)
+    resolve_jars(
+        POM, lib, {"kafka.version": kafka_version, "slf4j.version": slf4j_version_for(kafka_version)},
+        expect="kafka_2.13-*.jar",
+        what=f"Apache Kafka {kafka_version}",
+        hint=f"Is the version published on Maven Central as org.apache.kafka:kafka_2.13:{kafka_version}? "
+        "Or point the tests at an existing cluster with TWOPC_BOOTSTRAP_SERVERS=host:port.",
+    )
     return str(lib / "*")
 
 
-def _resolve(kafka_version: str, lib: Path, done: Path) -> None:
+def spark_kafka_jars(spark_version: str | None = None) -> list[str]:
+    """The jars of Spark's built-in Kafka sink (`org.apache.spark:spark-sql-kafka-0-10_2.13` at
+    pyspark's version, and its runtime dependencies), for `spark.jars`.
+
+    `TWOPC_SPARK_KAFKA_JARS` (a directory of jars, or a comma-separated list of jars) wins: for a
+    Spark release whose Kafka package is not on Maven Central, or a machine without Maven.
+    """
+    given = os.environ.get(SPARK_KAFKA_JARS_ENV)
+    if given:
+        path = Path(given)
+        jars = sorted(str(p) for p in path.glob("*.jar")) if path.is_dir() else given.split(",")
+        if not jars or not all(Path(j).is_file() for j in jars):
+            raise BrokerSetupError(f"{SPARK_KAFKA_JARS_ENV}={given} names no jar, or a missing one")
+        return jars
+    if spark_version is None:
+        import pyspark
+
+        spark_version = pyspark.__version__
+    lib = cache_root() / "spark-sql-kafka" / spark_version / "lib"
+    resolve_jars(
+        SPARK_KAFKA_POM, lib, {"spark.version": spark_version},
+        expect="spark-sql-kafka-0-10_2.13-*.jar",
+        what=f"Spark's Kafka package (org.apache.spark:spark-sql-kafka-0-10_2.13:{spark_version})",
+        hint=f"Is it published on Maven Central for Spark {spark_version}? Otherwise set "
+        f"{SPARK_KAFKA_JARS_ENV} to a directory holding the spark-sql-kafka-0-10, "
+        "spark-token-provider-kafka-0-10, kafka-clients and commons-pool2 jars that fit this Spark.",
+    )
+    return sorted(str(p) for p in lib.glob("*.jar"))
+
+
+def resolve_jars(pom: Path, lib: Path, properties: dict[str, str], *, expect: str, what: str,
+                 hint: str) -> None:
+    """Copy the runtime dependencies `pom` names (with `properties`) into `lib`, once: a
+    `.complete` marker beside `lib` makes later calls free. BrokerSetupError naming `what` and
+    `hint` if Maven is missing or cannot resolve them (no jar matching `expect` arrives)."""
+    done = lib.parent / ".complete"
+    if done.exists():
+        return
     mvn = shutil.which("mvn")
     if mvn is None:
         raise BrokerSetupError(
-            "Maven ('mvn') is not on PATH: it is needed once to fetch Apache Kafka "
-            f"{kafka_version} from Maven Central. Install Maven, or point the tests at an existing "
-            "cluster with TWOPC_BOOTSTRAP_SERVERS=host:port."
+            f"Maven ('mvn') is not on PATH: it is needed once to fetch {what} from Maven Central. "
+            f"Install Maven. {hint}"
         )
     lib.parent.mkdir(parents=True, exist_ok=True)
-    # Several test processes may ask at once: one resolves, the others wait on the lock.
+    # Several processes may ask at once: one resolves, the others wait on the lock.
     with open(lib.parent / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if done.exists():
@@ -59,24 +103,18 @@ def _resolve(kafka_version: str, lib: Path, done: Path) -> None:
         if lib.exists():
             shutil.rmtree(lib)
         cmd = [
-            mvn,
-            "-q",
-            "-B",
-            "-f",
-            str(POM),
-            "dependency:copy-dependencies",
-            f"-Dkafka.version={kafka_version}",
-            f"-Dslf4j.version={slf4j_version_for(kafka_version)}",
+            mvn, "-q", "-B", "-f", str(pom), "dependency:copy-dependencies",
+            *(f"-D{k}={v}" for k, v in properties.items()),
             "-DincludeScope=runtime",
             f"-DoutputDirectory={lib}",
             # Keep Maven's build directory out of the source tree.
             f"-Dproject.build.directory={lib.parent / 'target'}",
         ]
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        if proc.returncode != 0 or not any(lib.glob("kafka_2.13-*.jar")):
+        if proc.returncode != 0 or not any(lib.glob(expect)):
+            errors = [ln for ln in (proc.stdout + proc.stderr).splitlines() if "ERROR" in ln][:3]
             raise BrokerSetupError(
-                f"could not resolve Apache Kafka {kafka_version} with Maven "
-                f"(exit {proc.returncode}). Is the version published on Maven Central as "
-                f"org.apache.kafka:kafka_2.13:{kafka_version}?\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}"
+                f"could not resolve {what} with Maven (exit {proc.returncode}). {hint}\n"
+                + ("\n".join(errors) or (proc.stdout[-2000:] + proc.stderr[-2000:]))
             )
-        done.write_text(kafka_version)
+        done.write_text(" ".join(f"{k}={v}" for k, v in properties.items()))

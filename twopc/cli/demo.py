@@ -1,82 +1,110 @@
-"""`twopc demo`: the README's main job, on the embedded broker unless one is named.
+"""`twopc demo`: the README's main command.
 
-Until the Spark source lands this shows the foundation: a real Kafka broker, transactional writes from
-separate processes (committed, aborted, and one left open by a producer that died without close()), and
-the exactly-once audit reading the topic back with read_committed.
+Runs a streaming Spark job (JSON files -> Kafka, one file per micro-batch) through kafka2pc, kills the
+driver with SIGKILL in the middle of a commit, restarts it from the same checkpoints, lets recovery
+finish, and audits the topic as a read_committed consumer: every record exactly once, none missing,
+no open transaction. With --sink kafka the same job and the same kind of kill go through Spark's
+built-in Kafka writer instead, and the audit shows the duplicates that exactly-once prevents.
 """
 
 from __future__ import annotations
 
 import argparse
-import time
+import sys
+from pathlib import Path
 from typing import Any
 
-from twopc.audit import audit_topic, partition_offsets, wait_until_stable
-from twopc.broker import VARIANTS, BrokerError
+from confluent_kafka import KafkaException
+
+from twopc.broker import DEFAULT_VARIANT, VARIANTS, BrokerError
 from twopc.cli._output import emit_json, fail
-from twopc.testing.brokers import KafkaUnderTest, start_kafka
-from twopc.testing.txn_producer import run_txn_producer
+
+EPILOG = """exit codes: 0 the demo showed what it promises (kafka2pc: the audit passed; --sink kafka: the
+audit found the duplicates); 1 it did not; 2 bad arguments, a broker or driver that could not run.
+
+examples:
+  twopc demo
+  twopc demo --kill-at coordinator.after_endtxn_1 --records 4000 --batches 4
+  twopc demo --sink kafka            # Spark's built-in sink: duplicates after the same kill
+  twopc demo --bootstrap-servers 127.0.0.1:9092 --json
+"""
 
 
 def register(sub: Any) -> None:
+    from twopc.demo.run import KILL_POINTS, SINKS
+
     p = sub.add_parser(
-        "demo",
-        help="run the demo job against the embedded broker and audit the result",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="example:\n  twopc demo\n  twopc demo --bootstrap-servers 127.0.0.1:9092 --records 5000\n",
+        "demo", help="kill a streaming Spark job mid-commit, restart it, and audit: exactly once",
+        description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--bootstrap-servers", help="an existing cluster (default: start the embedded one)")
-    p.add_argument("--variant", default="kafka4-tv2", choices=sorted(VARIANTS))
-    p.add_argument("--records", type=int, default=1000, help="records per committed transaction")
-    p.add_argument("--json", action="store_true", help="print the audit as JSON")
+    p.add_argument("--variant", default=DEFAULT_VARIANT, choices=sorted(VARIANTS),
+                   help=f"the embedded broker's variant (default {DEFAULT_VARIANT})")
+    p.add_argument("--records", type=int, default=2000, help="records in all (default 2000)")
+    p.add_argument("--batches", type=int, default=5, help="micro-batches, one source file each (default 5)")
+    p.add_argument("--kill-batch", type=int, default=2,
+                   help="the micro-batch whose commit is killed (default 2)")
+    p.add_argument("--kill-at", default="coordinator.after_intent", choices=KILL_POINTS,
+                   metavar="POINT", help="the commit step where the driver is killed (kafka2pc; "
+                   f"default coordinator.after_intent; one of {', '.join(KILL_POINTS)})")
+    p.add_argument("--sink", default="kafka2pc", choices=SINKS,
+                   help="kafka2pc (default) or Spark's built-in kafka writer, for comparison")
+    p.add_argument("--workdir", type=Path, default=None,
+                   help="keep the source and checkpoints here (default: a temporary directory, "
+                   "removed after a successful run)")
+    p.add_argument("--json", action="store_true",
+                   help="print the summary as JSON on stdout (the narration goes to stderr)")
     p.set_defaults(handler=_demo)
 
 
-def _say(msg: str) -> None:
-    print(f"[demo] {msg}", flush=True)
-
-
-def _producer(kafka: KafkaUnderTest, topic: str, end: str, count: int, prefix: str) -> dict[str, Any]:
-    return run_txn_producer(kafka.bootstrap_servers, topic, end, count, id_prefix=prefix, timeout_ms=5000)
-
-
 def _demo(args: argparse.Namespace) -> int:
+    from twopc.demo.run import Demo, DemoConfig, DemoError
+    from twopc.testing.brokers import KafkaUnderTest, start_kafka
+
+    out = sys.stderr if args.json else sys.stdout
+
+    def say(msg: str) -> None:
+        print(f"[demo] {msg}", file=out, flush=True)
+
+    config = DemoConfig(records=args.records, batches=args.batches, kill_batch=args.kill_batch,
+                        kill_at=args.kill_at, sink=args.sink, workdir=args.workdir)
     try:
+        config.check()
+        jars = _spark_kafka_jars(say) if args.sink == "kafka" else None
         if args.bootstrap_servers:
             kafka = KafkaUnderTest("external", args.bootstrap_servers)
         else:
-            _say(f"starting the embedded Apache Kafka broker ({args.variant}) ...")
+            say(f"starting the embedded Apache Kafka broker ({args.variant}) ...")
             kafka = start_kafka(args.variant)
-            _say(f"broker up in {kafka.startup_seconds:.1f}s at {kafka.bootstrap_servers}")
-    except BrokerError as exc:
-        return fail(str(exc), 1)
+            say(f"broker up in {kafka.startup_seconds:.1f}s at {kafka.bootstrap_servers}")
+    except (DemoError, BrokerError) as exc:
+        return fail(str(exc), 2)
+    demo = None
     try:
-        topic = kafka.create_topic(4)
-        n = args.records
-        _say(f"topic {topic}: 2 transactions of {n} records committed by separate processes")
-        _producer(kafka, topic, "commit", n, "a-")
-        _producer(kafka, topic, "commit", n, "b-")
-        _say(f"1 transaction of {n} records aborted")
-        _producer(kafka, topic, "abort", n, "x-")
-        _say(f"1 transaction of {n} records left open by a producer that exits without close()")
-        _producer(kafka, topic, "open", n, "o-")
-        lag = {p: hw - lso for p, (lso, hw) in partition_offsets(kafka.config(), topic).items()}
-        _say(f"records held back from read_committed consumers per partition: {lag}")
-        _say("waiting for the broker to time the open transaction out (5 s) ...")
-        began = time.monotonic()
-        wait_until_stable(kafka.config(), topic, 60)
-        _say(f"... aborted by the coordinator after {time.monotonic() - began:.1f}s")
-        expected = [f"a-{i}" for i in range(n)] + [f"b-{i}" for i in range(n)]
-        report = audit_topic(kafka.config(), topic, expected_ids=expected)
-        leaked = [k for k in report.counts if k.startswith(("x-", "o-"))]
-        if args.json:
-            emit_json({**report.as_dict(), "leaked_uncommitted": len(leaked)})
-        else:
-            _say(f"expected {len(expected)}, found {report.records}, duplicates "
-                 f"{len(report.duplicates)}, missing {len(report.missing)}, open transactions "
-                 f"{len(report.lagging)}, uncommitted records visible {len(leaked)}")
-            _say(report.summary())
-        return 0 if report.passed and not leaked else 1
+        demo = Demo(kafka, config, say, jars)
+        outcome = demo.run()
+    except (DemoError, KafkaException) as exc:
+        where = f" (work directory kept: {demo.workdir})" if demo is not None else ""
+        return fail(f"{exc}{where}", 2)
     finally:
         kafka.stop()
+    for line in outcome.summary_lines():
+        say(line)
+    if args.sink == "kafka" and outcome.passed:
+        say("the built-in sink wrote the killed batch twice: these duplicates are the expected "
+            "outcome, and what kafka2pc prevents (run `twopc demo` to see it)")
+    if not outcome.passed:
+        say(f"the work directory is kept for inspection: {outcome.workdir}")
+    demo.cleanup()
+    if args.json:
+        emit_json(outcome.as_dict())
+    return 0 if outcome.passed else 1
+
+
+def _spark_kafka_jars(say: Any) -> list[str]:
+    from twopc.broker.artifacts import spark_kafka_jars
+
+    say("resolving Spark's Kafka package (spark-sql-kafka-0-10) ...")
+    jars = spark_kafka_jars()
+    say(f"... {len(jars)} jars: {', '.join(p.rsplit('/', 1)[-1] for p in jars)}")
+    return jars
