@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from checkpoint import KeyExists, Log
+from twopc import observe
 from twopc.control import ControlClient, EndTxnOutcome, EndTxnRequest, TxnState
 from twopc.crashpoints import crash_point
 from twopc.decisions import (
@@ -39,6 +40,7 @@ from twopc.errors import (
     DataLossError,
     GuardFailed,
     ResolutionRefused,
+    TwopcError,
 )
 from twopc.guards import check_before_intent
 from twopc.handle import Handle, ResultKind, WriteResult
@@ -53,8 +55,12 @@ from twopc.records import (
 )
 from twopc.recovery import RecoveryReport, settle
 from twopc.session import Session, check_binding
+from twopc.stranded import StrandedReport, release_stranded_commits
 
 OWNER_KINDS = ("query", "job")
+# A committed transaction's partition must look stranded this long before it is released: markers
+# can lag the coordinator's answer by a few hundred milliseconds.
+STRANDED_GRACE_MS = 1000
 
 
 def wall_clock_ms() -> int:
@@ -73,6 +79,7 @@ class CommitReport:
     duplicates: tuple[str, ...] = ()
     losers: tuple[str, ...] = ()
     recovery: RecoveryReport | None = None
+    figures: observe.BatchFigures | None = None  # what was logged (observe.metrics for Spark)
 
 
 @dataclass
@@ -86,7 +93,8 @@ class AbortReport:
 class Coordinator:
     def __init__(self, log: Log, control: ControlClient, *, owner_kind: str, owner_id: str,
                  prefix: str, clock_ms: Callable[[], int] = wall_clock_ms, margin_ms: int = 5000,
-                 settle_wait_ms: int = 60000, retain_batches: int = 10) -> None:
+                 settle_wait_ms: int = 60000, retain_batches: int = 10,
+                 stranded_wait_ms: int = 5000) -> None:
         if owner_kind not in OWNER_KINDS:
             raise ValueError(f"owner_kind must be one of {OWNER_KINDS}, got {owner_kind!r}")
         if not owner_id or not prefix:
@@ -99,6 +107,7 @@ class Coordinator:
         self.margin_ms = margin_ms
         self.settle_wait_ms = settle_wait_ms
         self.retain_batches = retain_batches
+        self.stranded_wait_ms = stranded_wait_ms
 
     # ---- public -------------------------------------------------------------------------------
 
@@ -115,6 +124,17 @@ class Coordinator:
         return Session(self.log).state.batch(batch).status is BatchStatus.COMMITTED
 
     def commit(self, batch: str, results: Sequence[WriteResult | None]) -> CommitReport:
+        began = time.monotonic()
+        try:
+            report = self._commit(batch, results)
+        except TwopcError as exc:
+            self._observe("commit", batch, type(exc).__name__, results, 0, began)
+            raise
+        report.figures = self._observe("commit", batch, report.status, results,
+                                       len(report.committed), began)
+        return report
+
+    def _commit(self, batch: str, results: Sequence[WriteResult | None]) -> CommitReport:
         handles, skipped = _handles_of(batch, results, allow_failed=False)
         self.bind()
         session = Session(self.log)
@@ -154,6 +174,7 @@ class Coordinator:
     def abort(self, batch: str, results: Sequence[WriteResult | None]) -> AbortReport:
         """Spark's abort: roll an open intent forward (it is the commit decision), and fence the
         handles in `results` that no intent names."""
+        began = time.monotonic()
         handles, _ = _handles_of(batch, results, allow_failed=True)
         self.bind()
         session = Session(self.log)
@@ -175,21 +196,34 @@ class Coordinator:
         else:
             report.fenced = self._fence_recorded(
                 session, Aborted(batch, others, "Spark aborted the batch", None))
+        outcome = "rolled_forward" if report.recovery is not None else "fenced"
+        if undecided is not None:
+            outcome = type(undecided).__name__
+        self._observe("abort", batch, outcome, results, 0, began)
         if undecided is not None:
             raise undecided
         return report
 
-    def recover(self) -> RecoveryReport:
+    def recover(self, on_progress: Callable[[int, int], None] | None = None) -> RecoveryReport:
         """Settle every recorded intent without outcome and fence the pool's unnamed open
         transactions. Run before any new writes; idempotent. UndecidedError if an outcome cannot
-        be proven (nothing is guessed); a partly committed batch is left for its re-run."""
+        be proven (nothing is guessed); a partly committed batch is left for its re-run.
+        `on_progress(settled, total)` follows the transactions being settled."""
+        began = time.monotonic()
         self.bind()
         session = Session(self.log)
-        report = settle(session, self.control, session.state.pending, prefix=self.prefix,
-                        wait_ms=self.settle_wait_ms, sweep=True)
+        pending = session.state.pending
+        report = settle(session, self.control, pending, prefix=self.prefix,
+                        wait_ms=self.settle_wait_ms, sweep=True, on_progress=on_progress)
+        intents = {b.batch: b.intent for b in pending}
         for b in report.batches:
             if b.outcome is BatchOutcome.COMMITTED:
                 self._remember_job(b.batch, b.recorded_seq)
+            observe.log_batch(observe.figures(
+                "recovery", b.batch, b.outcome.value, intents.get(b.batch, ()),
+                committed=sum(h.outcome == "committed" for h in b.handles),
+                now_ms=self.clock_ms(), latency_ms=(time.monotonic() - began) * 1000))
+        report.stranded = self._release_stranded(session)
         self._purge(session)
         report.raise_if_undecided()
         return report
@@ -294,6 +328,24 @@ class Coordinator:
         session.append(record)
         self.control.fence(ids)
         return ids
+
+    def _observe(self, event: str, batch: str, outcome: str,
+                 results: Sequence[WriteResult | None], committed: int,
+                 began: float) -> observe.BatchFigures:
+        handles = [r.handle for r in results if r is not None and r.handle is not None]
+        fig = observe.figures(event, batch, outcome, handles, committed=committed,
+                              now_ms=self.clock_ms(), latency_ms=(time.monotonic() - began) * 1000)
+        observe.log_batch(fig)
+        return fig
+
+    def _release_stranded(self, session: Session) -> StrandedReport:
+        # Every committed batch the log still holds (the last ones, and those this recovery just
+        # committed): one read_committed ListOffsets per leader when nothing is stuck.
+        committed = [b for b in session.state.batches.values()
+                     if b.status in (BatchStatus.COMMITTED, BatchStatus.PARTIAL)]
+        wait = self.stranded_wait_ms
+        return release_stranded_commits(session, self.control, committed, wait_ms=wait,
+                                        grace_ms=min(STRANDED_GRACE_MS, wait))
 
     def _remember_job(self, batch: str, seq: int | None) -> None:
         # Job ids outlive purges in the index, so a late re-run of an old job still writes nothing.

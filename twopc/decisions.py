@@ -33,6 +33,7 @@ from twopc.records import (
     Orphans,
     Partial,
     Prepared,
+    Released,
     Resolved,
     RollForward,
 )
@@ -94,7 +95,7 @@ def fold(records: Iterable[tuple[int, LogRecord]], url: str = "", start_seq: int
     last = start_seq - 1
     for seq, rec in records:
         last = seq
-        if isinstance(rec, Orphans | RollForward):
+        if isinstance(rec, Orphans | RollForward | Released):
             continue
         cur = batches.get(rec.batch) or BatchState(rec.batch, first_seq=seq)
         batches[rec.batch] = replace(_step(cur, seq, rec, url, start_seq), last_seq=seq)

@@ -101,6 +101,20 @@ class RollForward:
 
 
 @dataclass(frozen=True)
+class Released:
+    """Recovery is about to end committed transactions whose commit markers the broker dropped
+    (a broker killed mid-commit): a markers-only commit on each id over its stuck partitions.
+
+    ``partitions`` holds (transactional id, topic, partition); ``batches`` the batches whose
+    committed handles were stuck there (for the operator; the fold does not use it).
+    """
+
+    batches: tuple[str, ...]
+    ids: tuple[str, ...]
+    partitions: tuple[tuple[str, str, int], ...]
+
+
+@dataclass(frozen=True)
 class Resolved:
     """The operator's explicit decision for a stuck batch ("committed" or "aborted")."""
 
@@ -110,7 +124,7 @@ class Resolved:
 
 
 BatchRecord = Prepared | Committed | Partial | Aborted | Duplicates | Resolved
-LogRecord = BatchRecord | Orphans | RollForward
+LogRecord = BatchRecord | Orphans | RollForward | Released
 
 RESOLVE_COMMITTED = "committed"  # keep what is visible; the re-run writes nothing more
 RESOLVE_ABORTED = "aborted"  # treat as not committed; the re-run writes the whole batch again
@@ -142,6 +156,9 @@ def to_body(record: LogRecord) -> dict[str, Any]:
         body = {"kind": "orphans", "ids": _ids(record.ids)}
     elif isinstance(record, RollForward):
         body = {"kind": "rollforward", "ids": _ids(record.ids)}
+    elif isinstance(record, Released):
+        body = {"kind": "released", "batches": _ids(record.batches), "ids": _ids(record.ids),
+                "partitions": [[t, topic, int(p)] for t, topic, p in record.partitions]}
     else:
         body = {"kind": "resolved", "batch": record.batch, "decision": record.decision,
                 "note": record.note}
@@ -171,6 +188,10 @@ def from_body(body: dict[str, Any]) -> LogRecord:
             return Orphans(_tuple(body["ids"]))
         if kind == "rollforward":
             return RollForward(_tuple(body["ids"]))
+        if kind == "released":
+            return Released(_tuple(body["batches"]), _tuple(body["ids"]),
+                            tuple((str(t), str(topic), int(p))
+                                  for t, topic, p in body["partitions"]))
         if kind == "resolved":
             decision = str(body["decision"])
             if decision not in DECISIONS:

@@ -31,6 +31,7 @@ from twopc.errors import UndecidedError
 from twopc.handle import Handle
 from twopc.records import Aborted, Committed, Orphans, Partial, RollForward
 from twopc.session import Session
+from twopc.stranded import StrandedReport
 
 _POLL_S = 0.2
 
@@ -67,6 +68,8 @@ class RecoveryReport:
     batches: list[BatchReport] = field(default_factory=list)
     rolled_forward: tuple[str, ...] = ()
     orphans_fenced: tuple[str, ...] = ()
+    # Committed transactions whose markers the broker dropped (stranded.py): Coordinator.recover().
+    stranded: StrandedReport = field(default_factory=StrandedReport)
 
     @property
     def undecided(self) -> list[BatchReport]:
@@ -83,19 +86,30 @@ class RecoveryReport:
             parts.append(f"rolled forward {len(self.rolled_forward)}")
         if self.orphans_fenced:
             parts.append(f"fenced {len(self.orphans_fenced)} orphans")
+        if self.stranded.summary():
+            parts.append(self.stranded.summary())
         return "; ".join(parts) or "nothing to recover"
 
 
 def settle(session: Session, control: ControlClient, batches: Sequence[BatchState], *,
            prefix: str, wait_ms: int, sweep: bool,
            answered: Mapping[str, Verdict] | None = None,
-           clock: Callable[[], float] = time.monotonic) -> RecoveryReport:
+           clock: Callable[[], float] = time.monotonic,
+           on_progress: Callable[[int, int], None] | None = None) -> RecoveryReport:
     """Settle the open intents of `batches` and record each one's outcome.
 
     `answered` holds verdicts already known for some handles (a commit call's EndTxn answers):
     they skip pass 1. With `sweep`, pass 1 also fences the pool's unnamed open transactions.
+    `on_progress(settled, total)` is told how many handles have a final fate so far.
     """
     handles = [(b, h) for b in batches for h in b.intent]
+    total = len(handles)
+
+    def progress(settled: int) -> None:
+        if on_progress is not None:
+            on_progress(settled, total)
+
+    progress(0)
     known = dict(answered or {})
     first: dict[str, Verdict] = dict(known)
     to_describe = [h.transactional_id for _, h in handles if h.transactional_id not in known]
@@ -128,7 +142,9 @@ def settle(session: Session, control: ControlClient, batches: Sequence[BatchStat
         crash_point("recovery.during_sweep")
 
     undecided = [h for _, h in handles if fates[h.transactional_id].fate is Fate.UNDECIDED]
-    fates.update(check_logs(control, undecided, wait_ms, clock))
+    progress(total - len(undecided))
+    fates.update(check_logs(control, undecided, wait_ms, clock,
+                            on_settled=lambda n: progress(total - len(undecided) + n)))
 
     report = RecoveryReport(rolled_forward=tuple(h.transactional_id for h in roll),
                             orphans_fenced=orphans)
@@ -144,8 +160,10 @@ def _commit_all(control: ControlClient, handles: Sequence[Handle]) -> dict[str, 
 
 
 def check_logs(control: ControlClient, handles: Sequence[Handle], wait_ms: int,
-               clock: Callable[[], float] = time.monotonic) -> dict[str, Verdict]:
-    """Pass 2: the log check for each handle, waiting (bounded) while a partition is not stable."""
+               clock: Callable[[], float] = time.monotonic,
+               on_settled: Callable[[int], None] | None = None) -> dict[str, Verdict]:
+    """Pass 2: the log check for each handle, waiting (bounded) while a partition is not stable.
+    `on_settled(n)` is told how many of `handles` have a final verdict so far."""
     deadline = clock() + wait_ms / 1000
     out: dict[str, Verdict] = {}
     todo = list(handles)
@@ -165,10 +183,14 @@ def check_logs(control: ControlClient, handles: Sequence[Handle], wait_ms: int,
             if v.fate is Fate.WAIT:
                 waiting.append(h)
         todo = waiting
+        if on_settled is not None:
+            on_settled(len(handles) - len(todo))
         if todo and clock() >= deadline:
             for h in todo:
                 out[h.transactional_id] = Verdict(
                     Fate.UNKNOWN, f"not stable after {wait_ms} ms ({out[h.transactional_id].reason})")
+            if on_settled is not None:
+                on_settled(len(handles))
             break
         if todo:
             time.sleep(_POLL_S)

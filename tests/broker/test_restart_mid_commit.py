@@ -109,9 +109,10 @@ def _commit_then_crash(broker: KafkaUnderTest, make_topic: Callable[..., str],
         # The precondition of the scenario: decided, markers not yet written.
         before = control.describe_transactions([tid])[tid].state
     if before is TxnState.COMPLETE_COMMIT:
-        # Kafka 3.9 writes markers despite min.insync.replicas: no way to kill mid-commit here.
+        # The markers were not held back this time (not every attempt holds them; Kafka 3.9 never
+        # does): this attempt cannot kill mid-commit, the caller tries again.
         _set_min_isr(broker, topic, 1)
-        pytest.fail(f"{broker.variant}: min.insync.replicas did not hold the markers back")
+        return None
     assert before is TxnState.PREPARE_COMMIT, before
     broker.kill()
     broker.restart()
@@ -196,3 +197,30 @@ def test_a_new_commit_on_the_same_transactional_id_releases_the_stranded_commit(
     # Committed, not aborted: every record of the stranded commit is readable, exactly once.
     report = audit_topic(broker.config(), stuck.topic, expected_ids=stuck.ids + cure_ids)
     assert report.passed, report.summary()
+
+
+def test_release_stranded_ends_the_stranded_commit_with_markers_only(
+    broker: KafkaUnderTest, make_topic: Callable[..., str]
+) -> None:
+    """The control client's cure: InitProducerId, AddPartitionsToTxn(stuck), EndTxn(commit); no
+    data record, so the topic holds exactly the stranded commit's records, all visible."""
+    stuck = _stranded_commit(broker, make_topic)
+    before = partition_offsets(broker.config(), stuck.topic)
+    parts = [(stuck.topic, p) for p in sorted(stuck.stuck)]
+    with ControlClient(broker.config()) as control:
+        lso = control.last_stable_offsets(parts)
+        assert lso == {(stuck.topic, p): lso_hw[0] for p, lso_hw in stuck.stuck.items()}
+        result = control.release_stranded(stuck.transactional_id, parts,
+                                          producer_id=stuck.producer_id)
+        assert result.released, result
+        assert result.producer_id == stuck.producer_id and result.epoch > stuck.epoch, result
+        after = control.describe_transactions([stuck.transactional_id])[stuck.transactional_id]
+        assert after.holds(stuck.producer_id, result.epoch), after
+    assert wait_until_stable(broker.config(), stuck.topic, 60), \
+        partition_offsets(broker.config(), stuck.topic)
+    offsets = partition_offsets(broker.config(), stuck.topic)
+    for p in stuck.stuck:
+        # One COMMIT marker per released partition, nothing else was appended.
+        assert offsets[p][1] == before[p][1] + 1, (p, before, offsets)
+    report = audit_topic(broker.config(), stuck.topic, expected_ids=stuck.ids)
+    assert report.passed and report.records == RECORDS, report.summary()

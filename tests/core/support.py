@@ -58,6 +58,15 @@ class Scenario:
         return precommit(self.broker.bootstrap_servers, batch, txns,
                          timeout_ms or self.timeout_ms)
 
+    def write_real(self, batch: str, txns: Sequence[dict[str, Any]] | None = None,
+                   timeout_ms: int | None = None,
+                   crash_at: str | None = None) -> list[WriteResult] | None:
+        """Like `write`, with the real writer (tests/core/task.py); None if the task process was
+        SIGKILLed at `crash_at` (a writer crash point)."""
+        txns = [self.txn(batch, p) for p in range(self.partitions)] if txns is None else txns
+        return run_tasks(self.broker.bootstrap_servers, batch, txns,
+                         timeout_ms or self.timeout_ms, crash_at)
+
     def expect(self, batch: str, tag: str = "") -> None:
         """The rows of `batch` must end up visible exactly once."""
         for p in range(self.partitions):
@@ -93,6 +102,21 @@ def precommit(bootstrap: str, batch: str, txns: Sequence[dict[str, Any]],
     proc = subprocess.run([sys.executable, "-m", "tests.core.precommit"], input=json.dumps(spec),
                           capture_output=True, text=True, cwd=ROOT, timeout=120, check=False)
     assert proc.returncode == 0, f"precommit failed: {proc.stdout} {proc.stderr[-2000:]}"
+    return [WriteResult.from_obj(o) for o in json.loads(proc.stdout.strip().splitlines()[-1])]
+
+
+def run_tasks(bootstrap: str, batch: str, txns: Sequence[dict[str, Any]], timeout_ms: int,
+              crash_at: str | None = None) -> list[WriteResult] | None:
+    spec = {"bootstrap": bootstrap, "batch": batch, "timeout_ms": timeout_ms, "txns": list(txns)}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TWOPC_")}
+    if crash_at:
+        env["TWOPC_CRASH_AT"] = crash_at
+    proc = subprocess.run([sys.executable, "-m", "tests.core.task"], input=json.dumps(spec),
+                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=120,
+                          check=False)
+    if crash_at and proc.returncode == -signal.SIGKILL:
+        return None
+    assert proc.returncode == 0, f"task failed (rc {proc.returncode}): {proc.stderr[-2000:]}"
     return [WriteResult.from_obj(o) for o in json.loads(proc.stdout.strip().splitlines()[-1])]
 
 

@@ -1,12 +1,13 @@
 """The crash matrix: a driver process SIGKILLed at each named point, a new one recovers and re-runs,
-the audit proves exactly once. Batches of 4 handles across 2 topics, plus a losing attempt."""
+the audit proves exactly once. Batches of 4 handles across 2 topics, plus a losing attempt. The
+writer's crash points: a task process (the real writer) SIGKILLed at each, then recovery and a re-run."""
 
 from __future__ import annotations
 
 import pytest
 
 from tests.core.support import Scenario
-from twopc.control import ControlClient
+from twopc.control import ControlClient, TxnState
 from twopc.handle import ResultKind, WriteResult
 
 pytestmark = pytest.mark.integration
@@ -79,5 +80,34 @@ def test_commit_in_a_fresh_process_after_a_crash_settles_first(scenario: Scenari
     out = scenario.drive("abort", "0", results)
     assert out["rc"] == 0 and out["ok"]["fenced"] == []
     assert scenario.coordinator(control).is_committed("0")
+    scenario.expect("0")
+    scenario.audit()
+
+
+WRITER_POINTS = ["after_begin", "after_produce", "after_flush", "after_identify"]
+
+
+@pytest.mark.parametrize("point", WRITER_POINTS)
+def test_writer_task_killed_at(point: str, scenario: Scenario, control: ControlClient) -> None:
+    """A task process using the real writer SIGKILLed at each writer crash point."""
+    done = scenario.write_real("0", [scenario.txn("0", p) for p in range(3)])
+    assert done is not None and all(r.handle is not None for r in done)
+    killed = scenario.txn("0", 3)
+    assert scenario.write_real("0", [killed], crash_at=f"writer.{point}") is None
+    state = control.describe_transactions([killed["tid"]])[killed["tid"]].state
+    if point == "after_begin":
+        assert state is TxnState.EMPTY  # begin_transaction is local: no partition, nothing open
+    elif point in ("after_flush", "after_identify"):
+        assert state is TxnState.ONGOING  # every record on the broker, holding the LSO back
+    # The driver never saw a result (the task died): a new driver process recovers first. Its sweep
+    # fences every open transaction of the pool, the killed task's and the three orphaned ones.
+    out = scenario.drive("recover", "0")
+    assert out["rc"] == 0, out
+    assert control.list_transactions(scenario.prefix, states=[TxnState.ONGOING]) == []
+    # The restarted query writes the whole batch again (attempt numbers restart at 0).
+    rerun = scenario.write_real("0")
+    assert rerun is not None
+    out = scenario.drive("commit", "0", rerun)
+    assert out["rc"] == 0 and out["ok"]["status"] == "committed", out
     scenario.expect("0")
     scenario.audit()

@@ -26,6 +26,7 @@ from twopc.control.outcomes import (
     EndTxnRequest,
     FenceResult,
     OutcomeKind,
+    ReleaseResult,
     TransactionDescription,
     TransactionListing,
     TxnState,
@@ -68,7 +69,7 @@ def version_hint(versions: Mapping[int, tuple[int, int]],
         at_least = ">=4.0"
     elif top(ApiKey.LIST_TRANSACTIONS) >= 1:
         at_least = ">=3.8"
-    elif top(24) >= 4:  # AddPartitionsToTxn v4 (KIP-890 part 1) came with 3.6
+    elif top(ApiKey.ADD_PARTITIONS_TO_TXN) >= 4:  # v4 (KIP-890 part 1) came with 3.6
         at_least = ">=3.6"
     else:
         at_least = "<3.6"
@@ -327,6 +328,49 @@ class ControlClient:
             return FenceResult(tid, -1, -1, e.error_name(resp.error_code))
         return FenceResult(tid, resp.producer_id, resp.producer_epoch)
 
+    def release_stranded(self, transactional_id: str, partitions: Sequence[tuple[str, int]],
+                         producer_id: int | None = None,
+                         timeout_ms: int = 60000) -> ReleaseResult:
+        """End a committed transaction whose commit markers never reached `partitions`.
+
+        A broker killed mid-commit can record CompleteCommit without writing the markers (see
+        tests/broker/test_restart_mid_commit.py): those partitions keep the transaction open
+        forever, and a retried EndTxn or a fence sends nothing. A new transaction on the same
+        id (InitProducerId: same producer id, next epoch) that adds exactly those partitions and
+        commits writes COMMIT markers of that producer id there, which end the stranded
+        transaction as committed. No data record is written.
+
+        InitProducerId aborts whatever transaction the id holds open: call it only for an id no
+        live writer uses. With `producer_id`, stop (error PRODUCER_ID_CHANGED) if the id now has
+        another producer id: that producer's markers cannot end the stranded transaction.
+        """
+        parts = tuple(sorted(dict.fromkeys((str(t), int(p)) for t, p in partitions)))
+        if not parts:
+            raise ValueError("release_stranded needs at least one partition")
+        return self._call(self._release(transactional_id, parts, producer_id, timeout_ms))
+
+    async def _release(self, tid: str, parts: tuple[tuple[str, int], ...],
+                       expected_pid: int | None, timeout_ms: int) -> ReleaseResult:
+        init = await self._fence_one(tid, timeout_ms)
+        if init.error is not None:
+            return ReleaseResult(tid, -1, -1, parts, init.error, "init_producer_id")
+        pid, epoch = init.producer_id, init.epoch
+        if expected_pid is not None and pid != expected_pid:
+            return ReleaseResult(tid, pid, epoch, parts, "PRODUCER_ID_CHANGED",
+                                 "init_producer_id")
+        added = await self._coordinator_call(
+            tid, lambda v: m.encode_add_partitions_to_txn(v, tid, pid, epoch, parts),
+            m.decode_add_partitions_to_txn, ApiKey.ADD_PARTITIONS_TO_TXN,
+            m.ADD_PARTITIONS_MAX_VERSION)
+        code = added if isinstance(added, int) else added.error_code
+        if code != 0:
+            return ReleaseResult(tid, pid, epoch, parts, e.error_name(code), "add_partitions")
+        ended = await self._end_one(EndTxnRequest(tid, pid, epoch, True), None)
+        if not ended.committed:
+            return ReleaseResult(tid, pid, epoch, parts,
+                                 ended.error or ended.kind.value, "end_txn")
+        return ReleaseResult(tid, pid, epoch, parts)
+
     # --- the log ---------------------------------------------------------------------------
 
     def fetch_at(self, topic: str, partition: int, offset: int,
@@ -379,6 +423,42 @@ class ControlClient:
             ApiKey.LIST_OFFSETS, version,
             m.encode_list_offsets(version, topic, partition, timestamp)))
         return offset if code == 0 else -1
+
+    def last_stable_offsets(self, partitions: Sequence[tuple[str, int]]
+                            ) -> dict[tuple[str, int], int]:
+        """Each partition's last stable offset (ListOffsets LATEST at read_committed), one request
+        per leader. A partition whose leader answers an error is left out."""
+        return self._call(self._last_stable(sorted(set(partitions))))
+
+    async def _last_stable(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        out: dict[tuple[str, int], int] = {}
+        todo = partitions
+        backoff = Backoff(self._settings)
+        while todo:
+            by_node: dict[int, list[tuple[str, int]]] = {}
+            for tp in todo:
+                by_node.setdefault(await self._cluster.leader(*tp), []).append(tp)
+            retry: list[tuple[str, int]] = []
+            for node, tps in by_node.items():
+                try:
+                    conn = await self._cluster.connection(node)
+                    version = conn.version(ApiKey.LIST_OFFSETS)
+                    answers = m.decode_list_offsets_all(version, await conn.request(
+                        ApiKey.LIST_OFFSETS, version, m.encode_list_offsets_latest(version, tps)))
+                except BrokerConnectionError:
+                    self._cluster.drop_node(node)
+                    answers = {}
+                for tp in tps:
+                    code, offset = answers.get(tp, (e.ERROR_CODES["NETWORK_EXCEPTION"], -1))
+                    if code == 0:
+                        out[tp] = offset
+                    elif code in e.LEADER_RETRIABLE or code == e.ERROR_CODES["NETWORK_EXCEPTION"]:
+                        self._cluster.forget_leader(*tp)
+                        retry.append(tp)
+            todo = retry
+            if todo and not await backoff.wait():
+                break
+        return out
 
     def log_check(self, topic: str, partition: int, offset: int, producer_id: int, epoch: int,
                   topic_id: str | None = None) -> LogCheckResult:

@@ -24,6 +24,7 @@ class ApiKey(IntEnum):
     SASL_HANDSHAKE = 17
     API_VERSIONS = 18
     INIT_PRODUCER_ID = 22
+    ADD_PARTITIONS_TO_TXN = 24
     END_TXN = 26
     SASL_AUTHENTICATE = 36
     DESCRIBE_PRODUCERS = 61
@@ -35,18 +36,22 @@ class ApiKey(IntEnum):
 FLEXIBLE_FROM: dict[ApiKey, int | None] = {
     ApiKey.FETCH: 12, ApiKey.LIST_OFFSETS: 6, ApiKey.METADATA: 9, ApiKey.FIND_COORDINATOR: 3,
     ApiKey.SASL_HANDSHAKE: None,
-    ApiKey.API_VERSIONS: 3, ApiKey.INIT_PRODUCER_ID: 2, ApiKey.END_TXN: 3,
+    ApiKey.API_VERSIONS: 3, ApiKey.INIT_PRODUCER_ID: 2, ApiKey.ADD_PARTITIONS_TO_TXN: 3,
+    ApiKey.END_TXN: 3,
     ApiKey.SASL_AUTHENTICATE: 2, ApiKey.DESCRIBE_PRODUCERS: 0, ApiKey.DESCRIBE_TRANSACTIONS: 0,
     ApiKey.LIST_TRANSACTIONS: 0,
 }
 
 # Versions this client can encode. EndTxn stops at 4: version 5 selects the KIP-890 (transaction
 # version 2) semantics, which librdkafka-started transactions must never be finished with.
+# AddPartitionsToTxn stops at 3 for the same reason: 0-3 are the client's (old-semantics) versions,
+# 4+ the brokers' own verification requests.
 CLIENT_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.FETCH: (12, 13), ApiKey.LIST_OFFSETS: (7, 7), ApiKey.METADATA: (12, 12),
     ApiKey.FIND_COORDINATOR: (3, 4),
     ApiKey.SASL_HANDSHAKE: (1, 1), ApiKey.API_VERSIONS: (3, 3), ApiKey.INIT_PRODUCER_ID: (3, 5),
-    ApiKey.END_TXN: (0, 4), ApiKey.SASL_AUTHENTICATE: (0, 2), ApiKey.DESCRIBE_PRODUCERS: (0, 0),
+    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 3), ApiKey.END_TXN: (0, 4), ApiKey.SASL_AUTHENTICATE: (0, 2),
+    ApiKey.DESCRIBE_PRODUCERS: (0, 0),
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0), ApiKey.LIST_TRANSACTIONS: (0, 2),
 }
 
@@ -295,6 +300,64 @@ def decode_end_txn(version: int, r: Reader) -> int:
     return code
 
 
+# --- AddPartitionsToTxn (client versions 0-3 only) -------------------------------------------
+
+ADD_PARTITIONS_MAX_VERSION = 3
+
+
+@dataclass(frozen=True)
+class AddPartitionsToTxnResponse:
+    results: tuple[tuple[str, int, int], ...]  # (topic, partition, error code)
+
+    @property
+    def error_code(self) -> int:
+        """The answer's deciding code: the first error that is not OPERATION_NOT_ATTEMPTED (the
+        broker's filler for the partitions it skipped because another one failed), else 0."""
+        codes = [code for _, _, code in self.results if code != 0]
+        real = [c for c in codes if c != _OPERATION_NOT_ATTEMPTED]
+        return (real or codes or [0])[0]
+
+
+_OPERATION_NOT_ATTEMPTED = 55
+
+
+def encode_add_partitions_to_txn(version: int, transactional_id: str, producer_id: int,
+                                 epoch: int, partitions: Sequence[tuple[str, int]]) -> bytes:
+    if not 0 <= version <= ADD_PARTITIONS_MAX_VERSION:
+        raise ValueError("AddPartitionsToTxn v4+ is the brokers' batched verification request, "
+                         "not a client's")
+    by_topic: dict[str, list[int]] = {}
+    for name, partition in partitions:
+        by_topic.setdefault(name, []).append(partition)
+
+    def one(tw: Writer, item: tuple[str, list[int]]) -> None:
+        tw.string(item[0]).array(sorted(set(item[1])), Writer.int32).tags()
+
+    w = Writer(is_flexible(ApiKey.ADD_PARTITIONS_TO_TXN, version))
+    w.string(transactional_id).int64(producer_id).int16(epoch)
+    return w.array(sorted(by_topic.items()), one).tags().getvalue()
+
+
+def decode_add_partitions_to_txn(version: int, r: Reader) -> AddPartitionsToTxnResponse:
+    r.int32()  # throttle
+    out: list[tuple[str, int, int]] = []
+
+    def topic(t: Reader) -> None:
+        name = t.string()
+
+        def part(p: Reader) -> None:
+            index, code = p.int32(), p.int16()
+            _end(p)  # tagged fields exist only in flexible versions; a no-op before
+            out.append((name, index, code))
+
+        t.array(part)
+        _end(t)
+
+    r.array(topic)
+    _end(r)
+    return AddPartitionsToTxnResponse(tuple(out))
+
+
 # --- DescribeTransactions and ListTransactions ---------------------------------------------
 
 @dataclass(frozen=True)
@@ -481,6 +544,45 @@ def decode_list_offsets(version: int, r: Reader) -> tuple[int, int]:
     if len(found) != 1:
         raise ProtocolError(f"ListOffsets answered for {len(found)} partitions, asked for 1")
     return found[0]
+
+
+def encode_list_offsets_latest(version: int, partitions: Sequence[tuple[str, int]],
+                               isolation: int = ISOLATION_READ_COMMITTED) -> bytes:
+    """LATEST of many partitions at once; at read_committed that is each one's last stable offset."""
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in partitions:
+        by_topic.setdefault(topic, []).append(partition)
+
+    def part(pw: Writer, partition: int) -> None:
+        pw.int32(partition).int32(-1).int64(LATEST).tags()
+
+    def one(tw: Writer, item: tuple[str, list[int]]) -> None:
+        tw.string(item[0]).array(sorted(set(item[1])), part).tags()
+
+    w = Writer(True).int32(-1).int8(isolation).array(sorted(by_topic.items()), one)
+    return w.tags().getvalue()
+
+
+def decode_list_offsets_all(version: int, r: Reader) -> dict[tuple[str, int], tuple[int, int]]:
+    """(topic, partition) -> (error code, offset) for every partition answered."""
+    r.int32()
+    out: dict[tuple[str, int], tuple[int, int]] = {}
+
+    def topic(t: Reader) -> None:
+        name = t.string()
+
+        def part(p: Reader) -> None:
+            index, error, _, offset = p.int32(), p.int16(), p.int64(), p.int64()
+            p.int32()  # leader epoch
+            _end(p)
+            out[(name, index)] = (error, offset)
+
+        t.array(part)
+        _end(t)
+
+    r.array(topic)
+    _end(r)
+    return out
 
 
 # --- DescribeProducers -------------------------------------------------------------------------

@@ -111,6 +111,24 @@ class FenceResult:
         return self.error is None
 
 
+@dataclass(frozen=True)
+class ReleaseResult:
+    """What `ControlClient.release_stranded` did: InitProducerId gave (`producer_id`, `epoch`),
+    AddPartitionsToTxn named `partitions`, EndTxn committed. `error` names the broker answer of
+    the step (`step`) that stopped it; None when the markers-only commit was acknowledged."""
+
+    transactional_id: str
+    producer_id: int
+    epoch: int
+    partitions: tuple[tuple[str, int], ...]
+    error: str | None = None
+    step: str = ""  # "init_producer_id", "add_partitions", "end_txn" when error is set
+
+    @property
+    def released(self) -> bool:
+        return self.error is None
+
+
 def classify_end_txn(req: EndTxnRequest, code: int,
                      prior: TransactionDescription | None) -> EndTxnOutcome:
     """The outcome of one EndTxn answer `code`; `prior` is the coordinator's view of the id just

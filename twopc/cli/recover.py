@@ -1,0 +1,233 @@
+"""`twopc recover`: run twopc's recovery by hand, and record an operator's resolution of a stuck batch.
+
+The owner (query or job id) and the transactional id prefix come from the log's own binding.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, TextIO
+
+from checkpoint import CheckpointError, open_log
+from twopc.cli._output import emit_json, fail
+from twopc.cli.status import (
+    UsageError,
+    add_checkpoint_args,
+    client_config,
+    print_stuck,
+    read_log,
+    storage_options,
+    stuck_batch,
+)
+from twopc.control import ControlClient, ControlError
+from twopc.coordinator import Coordinator
+from twopc.decisions import BatchStatus
+from twopc.errors import (
+    InconsistentLog,
+    LogOwnershipLost,
+    ResolutionRefused,
+    TwopcError,
+    UndecidedError,
+)
+from twopc.records import DECISIONS
+from twopc.recovery import RecoveryReport
+
+EPILOG = """Settles every batch whose intent has no outcome (roll forward, or the log check), fences the
+prefix's open transactions that no record names, and prints the report. A batch that stays stuck
+(undecided, or partly committed with a refused re-run: DataLossError) is shown with what is visible
+and what was lost; --resolve records the operator's decision for it, after a confirmation:
+  committed  keep what is visible; the re-run writes nothing more (a lost part stays lost)
+  aborted    the batch counts as not committed; the re-run writes all of it (a visible part twice)
+
+exit codes: 0 nothing left stuck (or the resolution was recorded); 1 attention needed (undecided,
+partly committed, another driver writes the log, resolution declined); 2 bad arguments, no twopc log
+at the URL, storage or broker unreachable, resolution refused for the batch's state.
+
+examples:
+  twopc recover --checkpoint /data/chk/orders-twopc --bootstrap-servers kafka-1:9092
+  twopc recover --checkpoint /data/chk/orders-twopc --bootstrap-servers kafka-1:9092 \\
+      --resolve 41 --decision committed --note "ops: accept loss of partition 3, ticket 1234"
+"""
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "recover", help="settle pending batches by hand; resolve a stuck batch",
+        description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_checkpoint_args(p)
+    p.add_argument("--bootstrap-servers", required=True, metavar="HOST:PORT[,...]")
+    p.add_argument("--resolve", metavar="BATCH", help="record a decision for this stuck batch")
+    p.add_argument("--decision", choices=DECISIONS, help="with --resolve: committed or aborted")
+    p.add_argument("--note", help="with --resolve: who decided and why (kept in the log)")
+    p.add_argument("--yes", action="store_true", help="with --resolve: do not ask for confirmation")
+    p.add_argument("--settle-wait-ms", type=int, default=60000,
+                   help="how long the log check waits for a partition to become stable")
+    p.add_argument("--allow-unconditional-create", action="store_true",
+                   help="accept a storage backend without atomic create-if-absent (risky)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.add_argument("--json", action="store_true", help="machine-readable output (docs/operations.md)")
+    p.set_defaults(handler=_recover)
+
+
+class ProgressBar:
+    """A plain-text bar on stderr: redrawn in place on a terminal, one line per change elsewhere."""
+
+    def __init__(self, stream: TextIO, width: int = 30) -> None:
+        self.stream = stream
+        self.width = width
+        self.tty = stream.isatty()
+        self.last: tuple[int, int] | None = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if (done, total) == self.last:
+            return
+        self.last = (done, total)
+        filled = self.width * done // total if total else self.width
+        line = f"recovering: [{'#' * filled}{'.' * (self.width - filled)}] {done}/{total} transactions"
+        self.stream.write(("\r" + line) if self.tty else line + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.tty and self.last is not None:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def report_obj(report: RecoveryReport) -> dict[str, Any]:
+    return {
+        "batches": [{
+            "batch": b.batch, "outcome": b.outcome.value, "recorded_seq": b.recorded_seq,
+            "committed_partitions": b.committed_partitions, "lost_partitions": b.lost_partitions,
+            "transactions": [{"transactional_id": h.transactional_id,
+                              "task_partition": h.task_partition, "records": h.record_count,
+                              "pass1": h.pass1, "outcome": h.outcome, "reason": h.reason}
+                             for h in b.handles],
+        } for b in report.batches],
+        "rolled_forward": list(report.rolled_forward),
+        "orphans_fenced": list(report.orphans_fenced),
+        "stranded": {
+            "released": list(report.stranded.released),
+            "unreleased": [{"batch": n.batch, "transactional_id": n.transactional_id,
+                            "fate": n.fate.value, "reason": n.reason,
+                            "partitions": [list(tp) for tp in n.partitions]}
+                           for n in report.stranded.unreleased],
+        },
+        "summary": report.summary(),
+    }
+
+
+def _validate(args: argparse.Namespace) -> None:
+    given = [args.decision is not None, args.note is not None]
+    if args.resolve is None and any(given):
+        raise UsageError("--decision and --note go with --resolve BATCH")
+    if args.resolve is not None and not all(given):
+        raise UsageError("--resolve needs --decision committed|aborted and --note TEXT")
+    if args.resolve is not None and not args.note.strip():
+        raise UsageError("--note must say who decided and why")
+
+
+def _confirm(batch: str, decision: str) -> bool:
+    consequence = ("what is visible stays, the re-run writes nothing more: a lost part stays lost"
+                   if decision == "committed" else
+                   "the re-run writes the whole batch again: a visible part appears twice")
+    print(f"Record decision '{decision}' for batch {batch}? {consequence}. This is permanent. "
+          "[y/N] ", end="", file=sys.stderr, flush=True)
+    try:
+        answer = input()
+    except EOFError:
+        answer = ""
+    return answer.strip().lower() in ("y", "yes")
+
+
+def _recover(args: argparse.Namespace) -> int:
+    control: ControlClient | None = None
+    try:
+        _validate(args)
+        log = open_log(args.checkpoint, storage_options(args.storage),
+                       allow_unconditional_create=args.allow_unconditional_create)
+        binding = read_log(log).binding
+        control = ControlClient(client_config(args))
+        coord = Coordinator(log, control, owner_kind=binding.owner_kind, owner_id=binding.owner_id,
+                            prefix=binding.prefix, settle_wait_ms=args.settle_wait_ms)
+        return _run(args, coord)
+    except UsageError as exc:
+        return fail(str(exc))
+    except ResolutionRefused as exc:
+        return fail(f"resolution refused: {exc}")
+    except LogOwnershipLost as exc:
+        return fail(str(exc), 1)
+    except (CheckpointError, InconsistentLog) as exc:
+        return fail(f"cannot use the checkpoint log: {exc}")
+    except (ControlError, TwopcError) as exc:
+        return fail(f"recovery stopped: {exc}")
+    finally:
+        if control is not None:
+            control.close()
+
+
+def _run(args: argparse.Namespace, coord: Coordinator) -> int:
+    bar = None if args.no_progress else ProgressBar(sys.stderr)
+    undecided: UndecidedError | None = None
+    try:
+        report = coord.recover(on_progress=bar)
+    except UndecidedError as exc:
+        undecided = exc
+        report = exc.report if isinstance(exc.report, RecoveryReport) else RecoveryReport()
+    finally:
+        if bar is not None:
+            bar.close()
+    view = read_log(coord.log)
+    stuck = [stuck_batch(view, b) for b in sorted(view.state.batches.values(),
+                                                  key=lambda b: b.last_seq)
+             if b.status in (BatchStatus.PREPARED, BatchStatus.PARTIAL)]
+    out: dict[str, Any] = {"checkpoint": coord.log.url,
+                           "binding": {"owner_kind": coord.binding.owner_kind,
+                                       "owner_id": coord.binding.owner_id,
+                                       "prefix": coord.binding.prefix},
+                           "recovery": report_obj(report),
+                           "undecided_error": str(undecided) if undecided else None,
+                           "stuck": stuck, "resolution": None}
+    if args.resolve is not None:
+        target = next((s for s in stuck if s["batch"] == args.resolve), None)
+        if target is None:
+            raise ResolutionRefused(
+                f"batch {args.resolve} is {view.state.batch(args.resolve).status.value}: only a "
+                "batch left prepared (undecided) or partly committed needs a resolution")
+        if not args.json:
+            _print(out)
+        if not args.yes and not _confirm(args.resolve, args.decision):
+            print("nothing recorded", file=sys.stderr)
+            if args.json:
+                emit_json(out)
+            return 1
+        coord.resolve(args.resolve, args.decision, args.note)
+        out["resolution"] = {"batch": args.resolve, "decision": args.decision, "note": args.note}
+        out["stuck"] = [s for s in stuck if s["batch"] != args.resolve]
+        if args.json:
+            emit_json(out)
+        else:
+            print(f"recorded: batch {args.resolve} resolved as {args.decision} ({args.note})")
+        return 0
+    if args.json:
+        emit_json(out)
+    else:
+        _print(out)
+    return 1 if stuck or undecided or report.stranded.unreleased else 0
+
+
+def _print(out: dict[str, Any]) -> None:
+    rec = out["recovery"]
+    print(f"recovery: {rec['summary']}")
+    for b in rec["batches"]:
+        for t in b["transactions"]:
+            line = f"  batch {b['batch']}: {t['transactional_id']}: {t['outcome']}"
+            print(line + (f" ({t['reason']})" if t["reason"] else ""))
+    if out["undecided_error"]:
+        print(f"undecided: {out['undecided_error']}")
+    if out["stuck"]:
+        print("stuck batches (restart the query to re-run a partly committed batch; resolve with "
+              "--resolve BATCH --decision committed|aborted --note TEXT):")
+        for s in out["stuck"]:
+            print_stuck(s)

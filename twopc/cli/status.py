@@ -1,0 +1,382 @@
+"""`twopc status`: what a twopc checkpoint log says, and what the broker says of its transactions.
+
+Read-only: it reads the log by key (no probe, no append) and asks the broker only
+DescribeTransactions and ListTransactions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from checkpoint import CheckpointError, Log
+from checkpoint.store import open_store
+from twopc.cli._output import emit_json, fail
+from twopc.control import ControlClient, ControlError, TransactionDescription, TxnState
+from twopc.decisions import BatchState, BatchStatus, LogState, fold, in_pool, pass1, plan_repair
+from twopc.errors import InconsistentLog, TwopcError
+from twopc.guards import coordinator_now
+from twopc.handle import Handle
+from twopc.records import Aborted, Binding, LogRecord, RecordFormatError, from_body
+from twopc.session import read_binding
+
+EPILOG = """Shows the log's binding (query or job id, transactional id prefix), the last batches and their
+state, pending batches (an intent without outcome) with each transaction's age against its timeout,
+stuck batches (partly committed, or a re-run refused by DataLossError) with what is visible and what
+was lost, and, with --bootstrap-servers, each pending transaction's state on the broker and the
+open transactions of the prefix that no record names (orphans). Never writes anything.
+
+exit codes: 0 healthy; 1 attention needed (pending or stuck batch, orphans, thin guard margin);
+2 bad arguments, no twopc log at the URL, storage or broker unreachable.
+
+examples:
+  twopc status --checkpoint /data/chk/orders-twopc
+  twopc status --checkpoint s3://bucket/chk/orders-twopc --storage-option anon=false \\
+      --bootstrap-servers kafka-1:9092 -X security.protocol=SASL_SSL --json
+"""
+
+
+class UsageError(ValueError):
+    """A bad argument or a URL that holds no twopc log: exit code 2."""
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "status", help="a checkpoint log's batches, pending and orphaned transactions (read-only)",
+        description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_checkpoint_args(p)
+    p.add_argument("--bootstrap-servers", default=None, metavar="HOST:PORT[,...]",
+                   help="also ask the broker about the transactions (DescribeTransactions)")
+    p.add_argument("--batches", type=int, default=10, help="how many recent batches to show")
+    p.add_argument("--warn-ratio", type=float, default=0.5,
+                   help="warn when an open transaction's age / timeout reaches this (default 0.5)")
+    p.add_argument("--json", action="store_true", help="machine-readable output (docs/operations.md)")
+    p.set_defaults(handler=_status)
+
+
+def add_checkpoint_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--checkpoint", required=True, metavar="URL",
+                   help="the twopc checkpoint log (any fsspec URL or a local path)")
+    p.add_argument("--storage-option", dest="storage", action="append", default=[],
+                   metavar="KEY=VALUE", help="fsspec storage option (repeatable; JSON values "
+                   "such as true or 3 are decoded, anything else is a string)")
+    p.add_argument("-X", dest="extra", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra client settings in librdkafka style (security.protocol=SSL, ...)")
+
+
+def pairs(items: Sequence[str], what: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"{what} {item!r} is not KEY=VALUE")
+        out[key] = value
+    return out
+
+
+def storage_options(items: Sequence[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, raw in pairs(items, "--storage-option").items():
+        try:
+            out[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[key] = raw
+    return out
+
+
+def client_config(args: argparse.Namespace) -> dict[str, str]:
+    return {**pairs(args.extra, "-X"), "bootstrap.servers": args.bootstrap_servers}
+
+
+# ---- reading the log (never writing) ---------------------------------------------------------
+
+
+@dataclass
+class LogView:
+    log: Log
+    binding: Binding
+    records: list[tuple[int, LogRecord]]
+    state: LogState
+    low_water_mark: int
+
+
+def read_log(log: Log) -> LogView:
+    binding = read_binding(log)
+    if binding is None:
+        raise UsageError(f"{log.url} holds no twopc log (no binding): check the URL; a query that "
+                         "never committed a batch has nothing to show")
+    mark = log.low_water_mark()
+    records: list[tuple[int, LogRecord]] = []
+    for rec in log.records():
+        try:
+            records.append((rec.seq, from_body(rec.body)))
+        except RecordFormatError as exc:
+            raise InconsistentLog(log.url, rec.seq, str(exc)) from exc
+    return LogView(log, binding, records, fold(records, log.url, mark), mark)
+
+
+def open_readonly(url: str, options: dict[str, Any]) -> Log:
+    """The log at `url` without the conditional-create probe (which writes) and without creating
+    a local directory that is not there."""
+    local = url[len("file://"):] if url.startswith("file://") else url if "://" not in url else None
+    if local is not None and not os.path.isdir(local):
+        raise UsageError(f"no checkpoint log at {url}: the directory does not exist")
+    return Log(open_store(url, options, True))
+
+
+# ---- what the log says ------------------------------------------------------------------------
+
+
+def spans_of(h: Handle) -> list[dict[str, Any]]:
+    return [{"topic": s.topic, "partition": s.partition, "first_offset": s.first_offset,
+             "last_offset": s.last_offset, "records": s.record_count} for s in h.spans]
+
+
+def _loss_obj(loss: Any) -> dict[str, Any]:
+    return {"task_partition": loss.task_partition, "committed_records": loss.committed_records,
+            "rerun_records": loss.rerun_records, "detail": loss.detail}
+
+
+def _handle_row(h: Handle) -> dict[str, Any]:
+    return {"task_partition": h.task_partition, "transactional_id": h.transactional_id,
+            "records": h.record_count, "partitions": spans_of(h)}
+
+
+def stuck_batch(view: LogView, b: BatchState) -> dict[str, Any]:
+    """What is visible and what was lost of a batch left prepared (undecided) or partial, and the
+    losses of the last re-run refused with DataLossError (recomputed from the recorded handles)."""
+    visible_ids = {h.transactional_id for h in b.committed.values()}
+    refused: list[dict[str, Any]] = []
+    if b.status is BatchStatus.PARTIAL:
+        for seq, rec in view.records:
+            if (isinstance(rec, Aborted) and rec.batch == b.batch and rec.intent_seq is None
+                    and seq > (b.intent_seq or -1)):
+                plan = plan_repair(b.committed, rec.handles)
+                if plan.losses:
+                    refused.append({"seq": seq, "reason": rec.reason,
+                                    "losses": [_loss_obj(x) for x in plan.losses]})
+    undecided = b.status is BatchStatus.PREPARED
+    return {
+        "batch": b.batch,
+        "status": b.status.value,
+        "intent_seq": b.intent_seq,
+        "visible": [_handle_row(h) for _, h in sorted(b.committed.items())],
+        "lost": [] if undecided else [_handle_row(h) for h in b.intent
+                                      if h.transactional_id not in visible_ids],
+        "undecided": [_handle_row(h) for h in b.intent] if undecided else [],
+        "data_loss": refused[-1:] if refused else [],
+    }
+
+
+def batch_row(b: BatchState) -> dict[str, Any]:
+    return {"batch": b.batch, "status": b.status.value, "first_seq": b.first_seq,
+            "last_seq": b.last_seq, "intent_seq": b.intent_seq, "transactions": len(b.intent),
+            "records": sum(h.record_count for h in b.intent),
+            "visible_partitions": sorted(b.committed)}
+
+
+# ---- what the broker says ---------------------------------------------------------------------
+
+
+def _ratio(age: int | None, timeout: int | None) -> float | None:
+    return None if age is None or not timeout else round(age / timeout, 4)
+
+
+def pending_txn(h: Handle, coord_now: int, desc: TransactionDescription | None,
+                asked: bool) -> dict[str, Any]:
+    holds = desc is not None and desc.holds(h.producer_id, h.epoch)
+    start = desc.start_ms if holds and desc is not None and desc.start_ms > 0 else h.start_ms
+    timeout = desc.timeout_ms if holds and desc is not None and desc.timeout_ms > 0 else h.timeout_ms
+    age = max(0, coord_now - start)
+    verdict = pass1(h, desc) if asked else None
+    return {
+        "transactional_id": h.transactional_id, "producer_id": h.producer_id, "epoch": h.epoch,
+        "task_partition": h.task_partition, "attempt": h.attempt, "records": h.record_count,
+        "partitions": spans_of(h), "start_ms": start, "timeout_ms": timeout, "age_ms": age,
+        "age_ratio": _ratio(age, timeout),
+        "open": (holds and desc is not None and desc.state is TxnState.ONGOING) if asked else None,
+        "broker": None if not asked else _describe_obj(desc),
+        "recovery_would": None if verdict is None else verdict.fate.value,
+        "reason": "" if verdict is None else verdict.reason,
+    }
+
+
+def _describe_obj(d: TransactionDescription | None) -> dict[str, Any]:
+    if d is None:
+        return {"state": TxnState.UNKNOWN_ID.value}
+    return {"state": d.state.value, "producer_id": d.producer_id, "epoch": d.producer_epoch,
+            "start_ms": d.start_ms, "timeout_ms": d.timeout_ms,
+            "partitions": [list(p) for p in d.partitions]}
+
+
+def orphan_txn(d: TransactionDescription, now_ms: int) -> dict[str, Any]:
+    age = max(0, now_ms - d.start_ms) if d.start_ms > 0 else None
+    return {"transactional_id": d.transactional_id, "producer_id": d.producer_id,
+            "epoch": d.producer_epoch, "state": d.state.value, "start_ms": d.start_ms,
+            "timeout_ms": d.timeout_ms, "age_ms": age, "age_ratio": _ratio(age, d.timeout_ms),
+            "partitions": [list(p) for p in d.partitions]}
+
+
+def build_status(view: LogView, control: ControlClient | None, *, batches: int,
+                 warn_ratio: float, now_ms: int) -> dict[str, Any]:
+    state = view.state
+    recent = sorted(state.batches.values(), key=lambda b: b.last_seq)[-batches:] if batches else []
+    pending = state.pending
+    handles = [h for b in pending for h in b.intent]
+    coord_now, skew = coordinator_now(handles, now_ms)
+    described = control.describe_transactions([h.transactional_id for h in handles]) \
+        if control is not None and handles else {}
+    pending_rows = [{"batch": b.batch, "intent_seq": b.intent_seq,
+                     "transactions": [pending_txn(h, coord_now, described.get(h.transactional_id),
+                                                  control is not None) for h in b.intent]}
+                    for b in pending]
+    orphans: list[dict[str, Any]] = []
+    if control is not None:
+        named = {h.transactional_id for h in handles}
+        listed = control.list_transactions(view.binding.prefix, states=[TxnState.ONGOING])
+        ids = [t.transactional_id for t in listed
+               if in_pool(view.binding.prefix, t.transactional_id) and t.transactional_id not in named]
+        found = control.describe_transactions(ids) if ids else {}
+        orphans = [orphan_txn(found[t], now_ms) for t in sorted(found)
+                   if found[t].state is TxnState.ONGOING]
+    stuck = [stuck_batch(view, b) for b in sorted(state.batches.values(), key=lambda b: b.last_seq)
+             if b.status is BatchStatus.PARTIAL]
+    warnings = _warnings(pending_rows, orphans, warn_ratio, control is not None)
+    attention = [f"batch {p['batch']} is pending (an intent without outcome): run `twopc recover` "
+                 "or restart the query" for p in pending_rows]
+    attention += [f"batch {s['batch']} is partly committed: restart the query (a deterministic "
+                  "re-run repairs it)" + (", or resolve it: its re-run was refused (DataLossError)"
+                                          if s["data_loss"] else "") for s in stuck]
+    if orphans:
+        attention.append(f"{len(orphans)} open transaction(s) of prefix {view.binding.prefix!r} "
+                         "that no record names: `twopc recover` fences them")
+    return {
+        "checkpoint": view.log.url,
+        "binding": {"owner_kind": view.binding.owner_kind, "owner_id": view.binding.owner_id,
+                    "prefix": view.binding.prefix},
+        "last_seq": state.last_seq, "low_water_mark": view.low_water_mark,
+        "now_ms": now_ms, "clock_skew_ms": skew,
+        "broker_checked": control is not None,
+        "batches": [batch_row(b) for b in recent],
+        "pending": pending_rows, "stuck": stuck, "orphans": orphans,
+        "warnings": warnings, "attention": attention + warnings,
+        "healthy": not attention and not warnings,
+    }
+
+
+def _warnings(pending: list[dict[str, Any]], orphans: list[dict[str, Any]], warn_ratio: float,
+              asked: bool) -> list[str]:
+    out: list[str] = []
+    for t in [t for p in pending for t in p["transactions"]] + orphans:
+        ratio = t["age_ratio"]
+        is_open = t.get("open", True) if asked else True
+        if ratio is None or not is_open or ratio < warn_ratio:
+            continue
+        if ratio >= 1 and not asked:
+            out.append(f"{t['transactional_id']}: {t['age_ms']} ms old, past its timeout of "
+                       f"{t['timeout_ms']} ms: the coordinator has probably aborted it; recovery "
+                       "settles it with the log check")
+        else:
+            out.append(f"{t['transactional_id']}: open for {t['age_ms']} ms, {ratio:.0%} of its "
+                       f"timeout of {t['timeout_ms']} ms: the guard margin is thin; commit or "
+                       "recover soon, or raise transaction.timeout.ms")
+    return out
+
+
+# ---- the command ------------------------------------------------------------------------------
+
+
+def _status(args: argparse.Namespace) -> int:
+    control: ControlClient | None = None
+    try:
+        config = client_config(args)  # checked even without a broker: a typo is a usage error
+        view = read_log(open_readonly(args.checkpoint, storage_options(args.storage)))
+        if args.bootstrap_servers:
+            control = ControlClient(config)
+        report = build_status(view, control, batches=args.batches, warn_ratio=args.warn_ratio,
+                              now_ms=time.time_ns() // 1_000_000)
+    except UsageError as exc:
+        return fail(str(exc))
+    except (CheckpointError, InconsistentLog) as exc:
+        return fail(f"cannot read the checkpoint log: {exc}")
+    except (ControlError, TwopcError) as exc:
+        return fail(f"cannot ask the broker: {exc}")
+    finally:
+        if control is not None:
+            control.close()
+    if args.json:
+        emit_json(report)
+    else:
+        print_status(report)
+    return 0 if report["healthy"] else 1
+
+
+def _txn_line(t: dict[str, Any]) -> str:
+    ratio = t["age_ratio"]
+    age = f"age {t['age_ms'] / 1000:.1f} s of {t['timeout_ms'] / 1000:.1f} s" + (
+        f" ({ratio:.0%})" if ratio is not None else "")
+    line = (f"    {t['transactional_id']}  pid {t['producer_id']} epoch {t['epoch']}  "
+            f"{t.get('records', '?')} records  {age}")
+    broker = t.get("broker")
+    if broker is not None:
+        line += f"  broker: {broker['state']}"
+        if t.get("recovery_would"):
+            line += f"; recovery would: {t['recovery_would'].replace('_', ' ')}"
+    elif "state" in t:
+        line += f"  broker: {t['state']}"
+    return line
+
+
+def print_stuck(s: dict[str, Any]) -> None:
+    print(f"  batch {s['batch']} ({s['status']}):")
+    for row in s["visible"]:
+        print(f"    visible: Spark partition {row['task_partition']}: {row['records']} records "
+              f"({row['transactional_id']})")
+    for row in s["lost"]:
+        where = ", ".join(f"{p['topic']}[{p['partition']}] offsets {p['first_offset']}-"
+                          f"{p['last_offset']}" for p in row["partitions"])
+        print(f"    LOST: Spark partition {row['task_partition']}: {row['records']} records "
+              f"({row['transactional_id']}; aborted at {where})")
+    for row in s["undecided"]:
+        print(f"    undecided: Spark partition {row['task_partition']}: {row['records']} records "
+              f"({row['transactional_id']})")
+    for refused in s["data_loss"]:
+        print(f"    DataLossError (record {refused['seq']}): the re-run differs:")
+        for x in refused["losses"]:
+            print(f"      Spark partition {x['task_partition']}: visible {x['committed_records']} "
+                  f"records, re-run {x['rerun_records']} ({x['detail']})")
+
+
+def print_status(r: dict[str, Any]) -> None:
+    b = r["binding"]
+    print(f"checkpoint {r['checkpoint']}: {b['owner_kind']} {b['owner_id']!r}, prefix "
+          f"{b['prefix']!r}; records up to {r['last_seq']} (low-water mark {r['low_water_mark']})")
+    print("batches:" if r["batches"] else "batches: none recorded")
+    for row in r["batches"]:
+        print(f"  batch {row['batch']:<8} {row['status']:<10} {row['transactions']} transactions, "
+              f"{row['records']} records")
+    for p in r["pending"]:
+        print(f"pending batch {p['batch']} (intent record {p['intent_seq']}): the decision is "
+              "commit; `twopc recover` or a restarted query rolls it forward")
+        for t in p["transactions"]:
+            print(_txn_line(t))
+    if r["stuck"]:
+        print("stuck batches:")
+        for s in r["stuck"]:
+            print_stuck(s)
+    if r["orphans"]:
+        print(f"orphans (open transactions of prefix {b['prefix']!r} no record names):")
+        for t in r["orphans"]:
+            print(_txn_line(t))
+    for w in r["warnings"]:
+        print(f"WARN {w}")
+    if not r["broker_checked"]:
+        print("(broker not asked: give --bootstrap-servers for transaction states and orphans)")
+    print("status: healthy" if r["healthy"] else
+          f"status: attention needed ({len(r['attention'])} item(s))")
