@@ -13,6 +13,7 @@ from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from tests.control.helpers import OpenTxn, open_txn, read_committed, settled_log_check
+from twopc.audit import wait_until_stable
 from twopc.control import (
     ControlClient,
     EndTxnRequest,
@@ -151,6 +152,8 @@ def test_another_producer_or_topic_id_at_the_offset_is_unknown(
         broker: KafkaUnderTest, topic: str, client: ControlClient) -> None:
     txn = open_txn(broker.bootstrap_servers, topic)
     assert end(client, txn, commit=True) is OutcomeKind.COMMITTED
+    # EndTxn answers before the markers are written; the log check is for decided offsets.
+    assert wait_until_stable(broker.config(), topic, 30)
     partition, first = txn.first
     other = client.log_check(topic, partition, first, txn.producer_id + 1000, txn.epoch)
     assert other.reason is UnknownReason.OTHER_PRODUCER
