@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from twopc.audit import audit_topic, partition_offsets
+from twopc.audit import audit_topic, partition_offsets, wait_until_stable
 from twopc.spark import ExactlyOnceKafkaSink
 from twopc.testing.brokers import KafkaUnderTest
 
@@ -93,3 +93,45 @@ def test_foreach_batch_sink_is_exactly_once(
         query.stop()
     report = audit_topic(broker.config(), topic, ids)
     assert report.passed, report.summary()
+
+
+def test_foreach_batch_writes_again_when_the_guard_fails(
+    spark: Any, broker: KafkaUnderTest, topic: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first write of a batch outlives its transactions (the driver stalls past the timeout): the
+    check before the intent fails, the batch is aborted whole, and the sink writes it again in the same
+    call. foreachBatch runs in this very process, so the stall is injected here."""
+    import time
+
+    import twopc.spark.foreach_batch as fb
+    from checkpoint import open_log
+    from twopc.records import Aborted, from_body
+
+    options = {**sink_options(broker.bootstrap_servers, topic, tmp_path),
+               "twopc.transactionTimeoutMs": "3000", "twopc.commitMarginMs": "1000"}
+    real_write = fb.write_tasks
+    calls: list[int] = []
+
+    def write_then_stall_once(*args: Any, **kwargs: Any) -> Any:
+        results = real_write(*args, **kwargs)
+        calls.append(len(results))
+        if len(calls) == 1:
+            time.sleep(3.5)  # past transaction.timeout.ms: the guard must refuse this attempt
+        return results
+
+    monkeypatch.setattr(fb, "write_tasks", write_then_stall_once)
+    source = tmp_path / "in"
+    ids = write_json_files(source, 1, PER_FILE, "g")
+    sink = ExactlyOnceKafkaSink(options)
+    query = start_query(spark, source, tmp_path / "ckpt", options, foreach=sink)
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    assert len(calls) == 2, f"the batch was written {len(calls)} times, expected 2"
+    assert wait_until_stable(broker.config(), topic, 30)
+    report = audit_topic(broker.config(), topic, ids)
+    assert report.passed, report.summary()
+    log = open_log(options["twopc.checkpoint"])
+    kinds = [from_body(r.body) for r in log.records()]
+    assert any(isinstance(k, Aborted) for k in kinds), kinds
