@@ -1,0 +1,112 @@
+"""Two Python data sources that split the throughput gap between Spark's JVM Kafka sink and kafka2pc.
+
+- `bench_noop`: receives the rows in the Python worker as Arrow batches, as kafka2pc does, and writes
+  nothing: the cost every Python data source pays before it produces a single record;
+- `bench_plain`: the same, then a plain idempotent confluent-kafka producer per task (at-least-once,
+  no transaction, a delivery callback that fails the task on any error): the cost of producing from
+  Python without the two-phase commit.
+
+kafka2pc minus `bench_plain` is then the price of exactly-once itself. Benchmarks only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql.types import StructType
+
+NOOP = "bench_noop"
+PLAIN = "bench_plain"
+
+
+class RowCount(WriterCommitMessage):
+    def __init__(self, rows: int) -> None:
+        self.rows = rows
+
+
+class DeliveryFailed(RuntimeError):
+    """A record of the plain baseline was not delivered (the benchmark run is then invalid)."""
+
+
+def _column(batch: pa.RecordBatch, name: str) -> list[Any] | None:
+    for index, field_name in enumerate(batch.schema.names):
+        if field_name.lower() == name:
+            return batch.column(index).to_pylist()  # type: ignore[no-any-return]
+    return None
+
+
+class _NoopWriter(DataSourceArrowWriter):
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> RowCount:
+        rows = 0
+        for batch in iterator:
+            # Materialize the values as kafka2pc does (to_pylist), so that only producing differs.
+            values = _column(batch, "value")
+            rows += len(values or ())
+        return RowCount(rows)
+
+
+class _PlainWriter(DataSourceArrowWriter):
+    def __init__(self, options: dict[str, str]) -> None:
+        self.bootstrap = options["kafka.bootstrap.servers"]
+        self.topic = options["topic"]
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> RowCount:
+        from confluent_kafka import KafkaError, Producer
+
+        failed: list[KafkaError] = []
+
+        def on_delivery(err: KafkaError | None, _msg: object) -> None:
+            if err is not None:
+                failed.append(err)
+
+        producer = Producer({"bootstrap.servers": self.bootstrap, "enable.idempotence": True,
+                             "linger.ms": 5, "on_delivery": on_delivery})
+        produce, poll, topic = producer.produce, producer.poll, self.topic
+        rows = 0
+        for batch in iterator:
+            values = _column(batch, "value") or []
+            keys = _column(batch, "key") or [None] * len(values)
+            for value, key in zip(values, keys, strict=True):
+                try:
+                    produce(topic, value, key)
+                except BufferError:  # the queue is full: serve delivery reports until there is room
+                    while True:
+                        poll(0.05)
+                        try:
+                            produce(topic, value, key)
+                            break
+                        except BufferError:
+                            continue
+            rows += len(values)
+            poll(0)
+        if producer.flush(120) or failed:
+            raise DeliveryFailed(f"plain baseline: {len(failed)} deliveries failed: {failed[:3]}")
+        return RowCount(rows)
+
+
+class NoopDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return NOOP
+
+    def writer(self, schema: StructType, overwrite: bool) -> _NoopWriter:
+        return _NoopWriter()
+
+
+class PlainDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return PLAIN
+
+    def writer(self, schema: StructType, overwrite: bool) -> _PlainWriter:
+        return _PlainWriter(dict(self.options))
+
+
+def register(spark: Any) -> None:
+    spark.dataSource.register(NoopDataSource)
+    spark.dataSource.register(PlainDataSource)

@@ -1,0 +1,468 @@
+"""Throughput, side by side: the cost of exactly-once on one DataFrame.
+
+    .venv/bin/python benchmarks/bench_throughput.py [--rows 2000000] [--runs 3] [--partitions 8]
+
+One cached DataFrame (`--rows` rows, a unique 10-digit id as the key, a `--value-size`-byte value
+starting with that id, `--partitions` partitions, Spark local mode) is written, on a fresh topic per
+run, by:
+- `ceiling`: a plain idempotent confluent-kafka producer in this process, no Spark (the same records,
+  built before the clock starts): what this machine and broker can take;
+- `builtin`: Spark's own `format("kafka")` sink (at-least-once, JVM);
+- `py-noop`, `py-plain` (diagnostics, benchmarks/baseline_sinks.py): a Python data source that only
+  receives the rows, and one that produces them with a plain idempotent producer (at-least-once);
+- `twopc`: `format("kafka2pc")`, a batch job (exactly-once), its count audited after each run with a
+  read_committed consumer (twopc.audit, outside the timed part).
+Modes alternate order from run to run. Reports records/s and MB/s of values (10^6 bytes), median and
+spread, and each as a ratio to `builtin` (goal: twopc >= 0.9x). `--profile` adds a cProfile of
+twopc's executor path (one partition, outside Spark). Results: benchmarks/results/throughput.json
+and throughput.png. It starts its own broker unless TWOPC_BOOTSTRAP_SERVERS is set; Spark's Kafka
+package comes from Maven Central (or TWOPC_SPARK_KAFKA_JARS, see benchmarks/README.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import os
+import pstats
+import sys
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make `benchmarks` and `twopc` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks import baseline_sinks
+from benchmarks.common import (
+    RESULTS_DIR,
+    SparkKafkaUnavailable,
+    Spread,
+    Stopwatch,
+    broker_version,
+    create_topic,
+    kafka,
+    machine_info,
+    pyplot,
+    spark_kafka_jars,
+    spark_session,
+    write_results,
+)
+
+CEILING = "ceiling"
+BUILTIN = "builtin"
+PY_NOOP = "py-noop"
+PY_PLAIN = "py-plain"
+TWOPC = "twopc"
+MODES = (CEILING, BUILTIN, PY_NOOP, PY_PLAIN, TWOPC)
+LABELS = {
+    CEILING: "idempotent producer, no Spark (ceiling)",
+    BUILTIN: "Spark format('kafka') (at-least-once)",
+    PY_NOOP: "Spark -> Python data source, no write",
+    PY_PLAIN: "Spark -> Python, plain idempotent producer",
+    TWOPC: "Spark format('kafka2pc') (exactly-once)",
+}
+KEY_DIGITS = 10
+
+
+class AuditFailed(RuntimeError):
+    """A twopc run's topic did not hold every record exactly once: the run's timing is void."""
+
+
+@dataclass
+class ModeResult:
+    mode: str
+    rows: int
+    value_size: int
+    seconds: list[float] = field(default_factory=list)
+    audits: list[str] = field(default_factory=list)
+
+    @property
+    def spread(self) -> Spread:
+        return Spread.of(self.seconds)
+
+    @property
+    def records_per_s(self) -> float:
+        return self.rows / self.spread.median
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.records_per_s * self.value_size / 1e6
+
+    def as_dict(self, base: float | None) -> dict[str, Any]:
+        return {
+            "mode": self.mode,
+            "label": LABELS[self.mode],
+            "rows": self.rows,
+            "seconds": self.seconds,
+            "seconds_spread": self.spread.as_dict(),
+            "records_per_s": self.records_per_s,
+            "records_per_s_runs": [self.rows / s for s in self.seconds],
+            "mb_per_s": self.mb_per_s,
+            "ratio_to_builtin": (self.records_per_s / base) if base else None,
+            "audits": self.audits,
+        }
+
+
+def key_of(i: int) -> str:
+    return f"{i:0{KEY_DIGITS}d}"
+
+
+def build_dataframe(spark: Any, rows: int, partitions: int, value_size: int) -> Any:
+    """The benchmark's input, cached and materialized, so that every mode reads the same memory."""
+    from pyspark.sql import functions as F
+
+    if value_size < KEY_DIGITS:
+        raise ValueError(f"--value-size must be at least {KEY_DIGITS} (the id starts the value)")
+    df = spark.range(0, rows, numPartitions=partitions).select(
+        F.format_string(f"%0{KEY_DIGITS}d", "id").alias("key"))
+    df = df.select("key", F.concat("key", F.lit("." * (value_size - KEY_DIGITS))).alias("value"))
+    df = df.cache()
+    df.count()
+    return df
+
+
+def produce_plain(bootstrap: str, topic: str, records: Sequence[tuple[bytes, bytes]]) -> float:
+    """The ceiling: one idempotent producer, every delivery checked; returns seconds."""
+    from confluent_kafka import KafkaError, Producer
+
+    failed: list[KafkaError] = []
+
+    def on_delivery(err: KafkaError | None, _msg: object) -> None:
+        if err is not None:
+            failed.append(err)
+
+    with Stopwatch() as sw:
+        producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
+                             "linger.ms": 5, "on_delivery": on_delivery})
+        produce, poll = producer.produce, producer.poll
+        for key, value in records:
+            try:
+                produce(topic, value, key)
+            except BufferError:  # the queue is full: serve delivery reports until there is room
+                while True:
+                    poll(0.05)
+                    try:
+                        produce(topic, value, key)
+                        break
+                    except BufferError:
+                        continue
+        left = producer.flush(300)
+    if left or failed:
+        raise RuntimeError(f"ceiling producer: {left} undelivered, {len(failed)} failed {failed[:3]}")
+    return sw.seconds
+
+
+def twopc_options(bootstrap: str, topic: str, workdir: Path, timeout_ms: int) -> dict[str, str]:
+    tag = uuid.uuid4().hex[:10]
+    return {
+        "kafka.bootstrap.servers": bootstrap,
+        "topic": topic,
+        "twopc.checkpoint": (workdir / f"twopc-{tag}").as_uri(),
+        "twopc.transactionalIdPrefix": f"bench-{tag}",
+        "twopc.jobId": f"throughput-{tag}",
+        "twopc.transactionTimeoutMs": str(timeout_ms),
+    }
+
+
+def audit_count(bootstrap: str, topic: str, rows: int) -> str:
+    from twopc.audit import audit_topic, id_from_key, wait_until_stable
+
+    config = {"bootstrap.servers": bootstrap}
+    wait_until_stable(config, topic, 30)
+    report = audit_topic(config, topic, (key_of(i) for i in range(rows)), id_of=id_from_key,
+                         timeout_s=600)
+    if not report.passed:
+        raise AuditFailed(report.summary())
+    return report.summary()
+
+
+def run(bootstrap: str, spark: Any, *, rows: int = 2_000_000, runs: int = 3, partitions: int = 8,
+        value_size: int = 256, modes: Sequence[str] = MODES, workdir: Path,
+        timeout_ms: int = 120_000, audit: bool = True,
+        log: Callable[[str], None] = print) -> dict[str, ModeResult]:
+    """Measure every mode `runs` times; `spark` must have Spark's Kafka package if `builtin` is on."""
+    baseline_sinks.register(spark)
+    df = build_dataframe(spark, rows, partitions, value_size)
+    records: list[tuple[bytes, bytes]] = []
+    if CEILING in modes:
+        filler = b"." * (value_size - KEY_DIGITS)
+        records = [(k, k + filler) for k in (key_of(i).encode() for i in range(rows))]
+
+    def spark_write(fmt: str, options: dict[str, str]) -> Callable[[str], float]:
+        def measure(topic: str) -> float:
+            writer = df.write.format(fmt).options(**{**options, "topic": topic})
+            if fmt != "kafka":
+                writer = writer.mode("append")
+            with Stopwatch() as sw:
+                writer.save()
+            return sw.seconds
+        return measure
+
+    common = {"kafka.bootstrap.servers": bootstrap}
+    measures: dict[str, Callable[[str], float]] = {
+        CEILING: lambda topic: produce_plain(bootstrap, topic, records),
+        BUILTIN: spark_write("kafka", common),
+        PY_NOOP: spark_write(baseline_sinks.NOOP, common),
+        PY_PLAIN: spark_write(baseline_sinks.PLAIN, common),
+        TWOPC: lambda topic: spark_write(
+            "kafka2pc", twopc_options(bootstrap, topic, workdir, timeout_ms))(topic),
+    }
+    # Warm-up, not measured: worker processes, JIT, connections, the broker's first topics.
+    small = df.limit(min(rows, 5000))
+    for mode in modes:
+        if mode == CEILING:
+            produce_plain(bootstrap, create_topic(bootstrap, partitions), records[:5000])
+            continue
+        fmt = {BUILTIN: "kafka", PY_NOOP: baseline_sinks.NOOP, PY_PLAIN: baseline_sinks.PLAIN,
+               TWOPC: "kafka2pc"}[mode]
+        topic = create_topic(bootstrap, partitions)
+        options = (twopc_options(bootstrap, topic, workdir, timeout_ms) if mode == TWOPC
+                   else {**common, "topic": topic})
+        writer = small.write.format(fmt).options(**options)
+        (writer if fmt == "kafka" else writer.mode("append")).save()
+
+    results = {m: ModeResult(m, rows, value_size) for m in modes}
+    for r in range(runs):
+        order = list(modes) if r % 2 == 0 else list(reversed(modes))
+        for mode in order:
+            topic = create_topic(bootstrap, partitions)
+            seconds = measures[mode](topic)
+            results[mode].seconds.append(seconds)
+            line = f"run {r + 1}/{runs} {mode:<9} {seconds:8.2f} s  {rows / seconds:10.0f} rec/s"
+            if mode == TWOPC and audit:
+                results[mode].audits.append(audit_count(bootstrap, topic, rows))
+                line += "  audit PASS"
+            log(line)
+    df.unpersist()
+    return results
+
+
+# --- profile of twopc's executor path, outside Spark ------------------------------------------------
+
+def profile_executor_path(bootstrap: str, rows: int, value_size: int, top: int = 25) -> dict[str, Any]:
+    """cProfile of what one kafka2pc task runs on `rows` rows (Arrow batches -> Row objects ->
+    write_partition), and the same rows through a plain idempotent producer, timed in-process."""
+    import pyarrow as pa
+
+    from twopc.control import ControlClient, EndTxnRequest
+    from twopc.spark.schema import rows_from_batches
+    from twopc.writer import write_partition
+
+    keys = [key_of(i) for i in range(rows)]
+    filler = "." * (value_size - KEY_DIGITS)
+    batches = [pa.RecordBatch.from_pydict({"key": keys[i:i + 10_000],
+                                           "value": [k + filler for k in keys[i:i + 10_000]]})
+               for i in range(0, rows, 10_000)]
+    out: dict[str, Any] = {"rows": rows}
+    with ControlClient({"bootstrap.servers": bootstrap}) as control:
+        topic = create_topic(bootstrap, 8)
+        profiler = cProfile.Profile()
+        began = time.perf_counter()
+        profiler.enable()
+        result = write_partition({"bootstrap.servers": bootstrap}, f"prof-{uuid.uuid4().hex[:8]}-0-0",
+                                 rows_from_batches(batches, 0, topic), batch="p", task_partition=0,
+                                 attempt=0, default_topic=topic, transaction_timeout_ms=120_000,
+                                 control=control)
+        profiler.disable()
+        out["twopc_task_s"] = time.perf_counter() - began
+        handle = result.handle
+        assert handle is not None
+        control.end_txns([EndTxnRequest(handle.transactional_id, handle.producer_id, handle.epoch,
+                                        True)])
+    text = io.StringIO()
+    stats = pstats.Stats(profiler, stream=text)
+    stats.sort_stats("tottime").print_stats(top)
+    out["twopc_profile_tottime"] = text.getvalue()
+    pairs = [(k.encode(), (k + filler).encode()) for k in keys]
+    out["plain_same_rows_s"] = produce_plain(bootstrap, create_topic(bootstrap, 8), pairs)
+    began = time.perf_counter()
+    converted = sum(1 for _ in rows_from_batches(batches, 0, "t"))
+    out["arrow_to_rows_s"] = time.perf_counter() - began
+    assert converted == rows
+    return out
+
+
+# --- where a kafka2pc job spends its time, from inside Spark ------------------------------------------
+
+def phase_breakdown(bootstrap: str, df: Any, workdir: Path, timeout_ms: int, partitions: int,
+                    timing_log: Path) -> dict[str, Any]:
+    """One extra kafka2pc run through benchmarks/timed_sink.py: driver prepare, each task, commit."""
+    from benchmarks import timed_sink
+
+    df.sparkSession.dataSource.register(timed_sink.TimedKafka2pcDataSource)
+    topic = create_topic(bootstrap, partitions)
+    options = twopc_options(bootstrap, topic, workdir, timeout_ms)
+    began = time.time() * 1000
+    df.write.format(timed_sink.NAME).options(**options).mode("append").save()
+    ended = time.time() * 1000
+    prefix = options["twopc.transactionalIdPrefix"]
+    lines = [json.loads(x) for x in timing_log.read_text().splitlines()]
+    mine = [x for x in lines if x["prefix"] == prefix]
+    prepare = next(x for x in mine if x["phase"] == "prepare")
+    tasks = sorted((x for x in mine if x["phase"] == "task"), key=lambda x: x["start_ms"])
+    commit = next(x for x in mine if x["phase"] == "commit")
+    task_s = [(x["end_ms"] - x["start_ms"]) / 1000 for x in tasks]
+    return {
+        "save_s": (ended - began) / 1000,
+        "prepare_s": (prepare["end_ms"] - prepare["start_ms"]) / 1000,
+        "until_first_task_s": (tasks[0]["start_ms"] - began) / 1000,
+        "tasks_span_s": (max(x["end_ms"] for x in tasks) - tasks[0]["start_ms"]) / 1000,
+        "task_s": task_s,
+        "task_rows": [x["rows"] for x in tasks],
+        "last_task_to_commit_s": (commit["start_ms"] - max(x["end_ms"] for x in tasks)) / 1000,
+        "commit_s": (commit["end_ms"] - commit["start_ms"]) / 1000,
+        "after_commit_s": (ended - commit["end_ms"]) / 1000,
+    }
+
+
+# --- report ----------------------------------------------------------------------------------------
+
+def format_table(results: dict[str, ModeResult]) -> str:
+    base = results[BUILTIN].records_per_s if BUILTIN in results else None
+    lines = [f"{'mode':<9}  {'median s':>9}  {'min-max s':>13}  {'records/s':>10}  {'MB/s':>7}  "
+             f"{'vs builtin':>10}  what"]
+    for mode, r in results.items():
+        sp = r.spread
+        ratio = f"{r.records_per_s / base:9.2f}x" if base else f"{'n/a':>10}"
+        lines.append(f"{mode:<9}  {sp.median:9.2f}  {sp.low:6.2f}-{sp.high:<6.2f}  "
+                     f"{r.records_per_s:10.0f}  {r.mb_per_s:7.1f}  {ratio}  {LABELS[mode]}")
+    return "\n".join(lines)
+
+
+def plot(results: dict[str, ModeResult], path: Path, title: str) -> Path:
+    plt = pyplot()
+    modes = list(results)
+    medians = [results[m].records_per_s / 1000 for m in modes]
+    lows = [results[m].rows / results[m].spread.high / 1000 for m in modes]
+    highs = [results[m].rows / results[m].spread.low / 1000 for m in modes]
+    fig, ax = plt.subplots(figsize=(8, 4.2))
+    colors = ["#888888" if m in (CEILING, PY_NOOP, PY_PLAIN) else
+              ("#1f77b4" if m == BUILTIN else "#d62728") for m in modes]
+    below = [m - lo for m, lo in zip(medians, lows, strict=True)]
+    above = [h - m for m, h in zip(medians, highs, strict=True)]
+    ax.barh(modes, medians, color=colors, xerr=[below, above], capsize=4)
+    for y, (value, high) in enumerate(zip(medians, highs, strict=True)):
+        ax.text(high, y, f"  {value:,.0f}k", va="center")
+    ax.invert_yaxis()
+    ax.set_xlabel("thousand records per second (median; bars: min-max over runs)")
+    ax.set_title(title, fontsize=10)
+    ax.set_xlim(0, max(highs) * 1.25)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def replot(results_file: Path) -> int:
+    data = json.loads(results_file.read_text())
+    p = data["params"]
+    results = {r["mode"]: ModeResult(r["mode"], r["rows"], p["value_size"], r["seconds"])
+               for r in data["results"]}
+    png = plot(results, results_file.with_suffix(".png"),
+               f"{p['rows']:,} rows x {p['value_size']} B, {p['partitions']} partitions, "
+               f"{p['master']}, {p['runs']} runs")
+    print(format_table(results))
+    print(f"plot: {png}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    ap.add_argument("--rows", type=int, default=2_000_000)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--partitions", type=int, default=8)
+    ap.add_argument("--value-size", type=int, default=256)
+    ap.add_argument("--modes", default=",".join(MODES),
+                    help=f"comma-separated subset of {','.join(MODES)}")
+    ap.add_argument("--master", default="local[*]")
+    ap.add_argument("--txn-timeout-ms", type=int, default=120_000)
+    ap.add_argument("--no-audit", action="store_true", help="skip the audit of twopc's topics")
+    ap.add_argument("--profile", action="store_true",
+                    help="also cProfile twopc's executor path on one partition's rows")
+    ap.add_argument("--name", default="throughput", help="results file name (without .json)")
+    ap.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
+    ap.add_argument("--replot", type=Path, help="only draw the plot of an earlier results file")
+    args = ap.parse_args(argv)
+    if args.replot:
+        return replot(args.replot)
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    unknown = sorted(set(modes) - set(MODES))
+    if unknown:
+        ap.error(f"unknown modes {unknown}; known: {', '.join(MODES)}")
+
+    import tempfile
+
+    jars: list[str] = []
+    jar_source = "not used"
+    if BUILTIN in modes:
+        try:
+            jars, jar_source = spark_kafka_jars()
+        except SparkKafkaUnavailable as exc:
+            print(f"built-in sink skipped: {exc}", file=sys.stderr)
+            jar_source = f"unavailable: {exc}"
+            modes.remove(BUILTIN)
+    machine = machine_info()
+    from benchmarks import timed_sink
+
+    with kafka() as bootstrap, tempfile.TemporaryDirectory(prefix="bench-throughput-") as tmp:
+        timing_log = Path(tmp) / "timings.jsonl"
+        os.environ[timed_sink.LOG_ENV] = str(timing_log)  # before Spark starts: workers inherit it
+        spark = spark_session("twopc-bench-throughput", master=args.master, jars=jars)
+        profile: dict[str, Any] | None = None
+        try:
+            results = run(bootstrap, spark, rows=args.rows, runs=args.runs,
+                          partitions=args.partitions, value_size=args.value_size, modes=modes,
+                          workdir=Path(tmp), timeout_ms=args.txn_timeout_ms,
+                          audit=not args.no_audit)
+            if args.profile and TWOPC in modes:
+                df = build_dataframe(spark, args.rows, args.partitions, args.value_size)
+                phases = phase_breakdown(bootstrap, df, Path(tmp), args.txn_timeout_ms,
+                                         args.partitions, timing_log)
+                df.unpersist()
+                profile = {"phases": phases}
+        finally:
+            spark.stop()
+        if profile is not None:
+            profile.update(profile_executor_path(bootstrap, args.rows // args.partitions,
+                                                 args.value_size))
+        kafka_version = broker_version(bootstrap)
+    base = results[BUILTIN].records_per_s if BUILTIN in results else None
+    payload = {
+        "benchmark": "throughput",
+        "command": " ".join(["benchmarks/bench_throughput.py", *(argv or sys.argv[1:])]),
+        "params": {"rows": args.rows, "runs": args.runs, "partitions": args.partitions,
+                   "value_size": args.value_size, "master": args.master,
+                   "txn_timeout_ms": args.txn_timeout_ms},
+        "machine": {**machine, "load_average_after": __import__("os").getloadavg(),
+                    "kafka_broker": kafka_version, "spark_kafka_jars": jar_source},
+        "results": [r.as_dict(base) for r in results.values()],
+        "profile": profile,
+    }
+    path = write_results(args.name, payload, args.results_dir)
+    png = plot(results, args.results_dir / f"{args.name}.png",
+               f"{args.rows:,} rows x {args.value_size} B, {args.partitions} partitions, "
+               f"{args.master}, {args.runs} runs")
+    print(format_table(results))
+    if profile:
+        ph = profile["phases"]
+        print(f"\nkafka2pc job phases (one extra run): save {ph['save_s']:.2f} s = driver prepare "
+              f"{ph['prepare_s']:.2f} s, until first task {ph['until_first_task_s']:.2f} s, tasks "
+              f"span {ph['tasks_span_s']:.2f} s (each {min(ph['task_s']):.2f}-{max(ph['task_s']):.2f} s)"
+              f", last task to commit {ph['last_task_to_commit_s']:.2f} s, commit "
+              f"{ph['commit_s']:.2f} s, after commit {ph['after_commit_s']:.2f} s")
+        print(f"profile of one task's path ({profile['rows']} rows): twopc "
+              f"{profile['twopc_task_s']:.2f} s, plain producer {profile['plain_same_rows_s']:.2f} s, "
+              f"Arrow->rows alone {profile['arrow_to_rows_s']:.2f} s")
+        print(profile["twopc_profile_tottime"])
+    print(f"results: {path}  plot: {png}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
