@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
+from tests.core.support import Scenario
+from twopc.control import ControlClient
 from twopc.testing.brokers import EXTERNAL, KafkaUnderTest, requested_variants, start_kafka
 
 _startup_times: list[tuple[str, float]] = []
@@ -58,6 +61,20 @@ def broker(request: pytest.FixtureRequest) -> Iterator[KafkaUnderTest]:
 def make_topic(broker: KafkaUnderTest) -> Callable[..., str]:
     """Create a fresh, uniquely named topic: `make_topic(partitions=4, config={...})`."""
     return broker.create_topic
+
+
+@pytest.fixture
+def control(broker: KafkaUnderTest) -> Iterator[ControlClient]:
+    """twopc's control client on the Kafka under test."""
+    client = ControlClient(broker.config())
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def scenario(broker: KafkaUnderTest, make_topic: Callable[..., str], tmp_path: Path) -> Scenario:
+    """A fresh query: two 2-partition topics and its own checkpoint log on local files."""
+    return Scenario(broker, (make_topic(2), make_topic(2)), str(tmp_path / "twopc-log"))
 
 
 @pytest.fixture

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -18,7 +16,6 @@ from twopc import observe
 from twopc.control import ControlClient
 from twopc.guards import coordinator_now
 from twopc.handle import Handle
-from twopc.testing.brokers import KafkaUnderTest
 
 
 @given(batch_handles(), st.integers(1_000_000, 3_000_000), st.floats(0, 1e6))
@@ -70,18 +67,6 @@ def test_one_json_line_per_call(caplog: pytest.LogCaptureFixture) -> None:
 
 
 # ---- against a real broker: what a commit and a recovery log ----------------------------------
-
-
-@pytest.fixture
-def control(broker: KafkaUnderTest) -> Iterator[ControlClient]:
-    client = ControlClient(broker.config())
-    yield client
-    client.close()
-
-
-@pytest.fixture
-def scenario(broker: KafkaUnderTest, make_topic: Callable[..., str], tmp_path: Path) -> Scenario:
-    return Scenario(broker, (make_topic(2), make_topic(2)), str(tmp_path / "twopc-log"))
 
 
 def _lines(caplog: pytest.LogCaptureFixture) -> list[dict[str, object]]:

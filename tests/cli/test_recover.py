@@ -7,16 +7,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from checkpoint import open_log
-from tests.core.support import ROOT, Scenario
-from twopc.control import ControlClient, TxnState
+from tests.core.support import ROOT, Scenario, wait_not_ongoing
+from twopc.control import ControlClient
 from twopc.decisions import BatchStatus
 from twopc.errors import DataLossError
 from twopc.handle import Handle, WriteResult
@@ -24,18 +21,6 @@ from twopc.records import Resolved, from_body
 from twopc.session import Session
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def control(broker: Any) -> Iterator[ControlClient]:
-    client = ControlClient(broker.config())
-    yield client
-    client.close()
-
-
-@pytest.fixture
-def scenario(broker: Any, make_topic: Callable[..., str], tmp_path: Path) -> Scenario:
-    return Scenario(broker, (make_topic(2), make_topic(2)), str(tmp_path / "twopc-log"))
 
 
 def recover(scenario: Scenario, *extra: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
@@ -93,19 +78,6 @@ def test_recover_rolls_a_killed_commit_forward(scenario: Scenario) -> None:
     assert status.returncode == 0, status.stdout
 
 
-def _wait_not_ongoing(control: ControlClient, handles: list[Handle], limit_s: float = 60) -> None:
-    deadline = time.monotonic() + limit_s
-    ids = [h.transactional_id for h in handles]
-    while time.monotonic() < deadline:
-        described = control.describe_transactions(ids)
-        if all(not (d.state is TxnState.ONGOING and any(d.holds(h.producer_id, h.epoch)
-                                                        for h in handles))
-               for d in described.values()):
-            return
-        time.sleep(0.25)
-    raise AssertionError(f"transactions {ids} were not aborted by their timeout")
-
-
 def test_data_loss_is_shown_then_resolved(scenario: Scenario, control: ControlClient) -> None:
     # Batch 0: partitions 0-2 committed, partition 3 aborted by its timeout (the driver died
     # between the EndTxn calls and stayed down past partition 3's 4 s timeout).
@@ -114,7 +86,7 @@ def test_data_loss_is_shown_then_resolved(scenario: Scenario, control: ControlCl
     assert scenario.drive("commit", "0", long + short,
                           crash_at="coordinator.after_endtxn_n_minus_1", margin_ms=200) == {
         "killed": True}
-    _wait_not_ongoing(control, handles_of(short))
+    wait_not_ongoing(control, handles_of(short))
 
     code, out, _ = recover_json(scenario)
     assert code == 1  # partly committed: the query's re-run must repair it

@@ -7,7 +7,6 @@ import json
 import socket
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +14,8 @@ import pytest
 
 from checkpoint import open_log
 from tests.core.support import ROOT, Scenario
-from twopc.control import ControlClient
 from twopc.records import Binding
 from twopc.session import check_binding
-from twopc.testing.brokers import KafkaUnderTest
 
 
 def twopc(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
@@ -30,18 +27,6 @@ def status_json(scenario: Scenario, *extra: str) -> tuple[int, dict[str, Any]]:
     proc = twopc("status", "--checkpoint", scenario.log_url, "--json", *extra)
     assert proc.stdout, proc.stderr
     return proc.returncode, json.loads(proc.stdout)
-
-
-@pytest.fixture
-def control(broker: KafkaUnderTest) -> Iterator[ControlClient]:
-    client = ControlClient(broker.config())
-    yield client
-    client.close()
-
-
-@pytest.fixture
-def scenario(broker: KafkaUnderTest, make_topic: Callable[..., str], tmp_path: Path) -> Scenario:
-    return Scenario(broker, (make_topic(2), make_topic(2)), str(tmp_path / "twopc-log"))
 
 
 @pytest.mark.integration

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -17,9 +18,9 @@ from typing import Any
 
 from checkpoint import open_log
 from twopc.audit import audit_topic, wait_until_stable
-from twopc.control import ControlClient
+from twopc.control import ControlClient, TxnState
 from twopc.coordinator import Coordinator
-from twopc.handle import WriteResult, transactional_id
+from twopc.handle import Handle, WriteResult, transactional_id
 from twopc.testing.brokers import KafkaUnderTest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -168,3 +169,17 @@ def finish(proc: subprocess.Popen[str]) -> dict[str, Any]:
     result: dict[str, Any] = json.loads(lines[-1])
     result["rc"] = proc.returncode
     return result
+
+
+def wait_not_ongoing(control: ControlClient, handles: list[Handle], limit_s: float = 30) -> None:
+    """Until the broker has aborted the timed-out transactions (bounded)."""
+    deadline = time.monotonic() + limit_s
+    ids = [h.transactional_id for h in handles]
+    while time.monotonic() < deadline:
+        described = control.describe_transactions(ids)
+        if all(not (d.state is TxnState.ONGOING and any(d.holds(h.producer_id, h.epoch)
+                                                        for h in handles))
+               for d in described.values()):
+            return
+        time.sleep(0.25)
+    raise AssertionError(f"transactions {ids} were not aborted by their timeout")

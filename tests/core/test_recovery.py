@@ -3,33 +3,17 @@ committed-then-fenced, two drivers and a paused old driver."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from checkpoint import open_log
-from tests.core.support import Scenario, finish, started_driver
-from twopc.control import ControlClient, TxnState
+from tests.core.support import Scenario, finish, started_driver, wait_not_ongoing
+from twopc.control import ControlClient
 from twopc.decisions import BatchOutcome, BatchStatus
 from twopc.errors import DataLossError
 from twopc.handle import Handle, WriteResult
 from twopc.session import Session
 
 pytestmark = pytest.mark.integration
-
-
-def wait_not_ongoing(control: ControlClient, handles: list[Handle], limit_s: float = 30) -> None:
-    """Until the broker has aborted the timed-out transactions (bounded)."""
-    deadline = time.monotonic() + limit_s
-    ids = [h.transactional_id for h in handles]
-    while time.monotonic() < deadline:
-        described = control.describe_transactions(ids)
-        if all(not (d.state is TxnState.ONGOING and any(d.holds(h.producer_id, h.epoch)
-                                                        for h in handles))
-               for d in described.values()):
-            return
-        time.sleep(0.25)
-    raise AssertionError(f"transactions {ids} were not aborted by their timeout")
 
 
 def handles_of(results: list[WriteResult]) -> list[Handle]:

@@ -36,12 +36,6 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-def control(broker: KafkaUnderTest) -> Iterator[ControlClient]:
-    with ControlClient(broker.config()) as c:
-        yield c
-
-
 def _tid() -> str:
     return f"wtest-{uuid.uuid4().hex[:10]}"
 
