@@ -25,21 +25,6 @@ def sink_options(bootstrap: str, topic: str, tmp: Path, prefix: str | None = Non
     }
 
 
-def write_json_files(directory: Path, files: int, per_file: int, tag: str, first: int = 0) -> list[str]:
-    directory.mkdir(parents=True, exist_ok=True)
-    ids = []
-    for f in range(first, first + files):
-        lines = []
-        for r in range(per_file):
-            rid = f"{tag}-{f}-{r}"
-            ids.append(rid)
-            lines.append(json.dumps({"value": rid}))
-        tmp = directory / f".f{f:03d}.json.tmp"
-        tmp.write_text("\n".join(lines) + "\n")
-        tmp.rename(directory / f"f{f:03d}.json")  # the file source must never see a half file
-    return ids
-
-
 def run_driver(mode: str, cfg: dict[str, Any], env: dict[str, str] | None = None,
                timeout_s: float = 300) -> subprocess.CompletedProcess[str]:
     """Run spark_driver.py in a new session; whatever happens, SIGKILL its whole group after."""

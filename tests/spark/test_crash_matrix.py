@@ -11,8 +11,9 @@ import pytest
 
 from twopc.audit import audit_topic
 from twopc.testing.brokers import KafkaUnderTest
+from twopc.testing.drivers import write_json_files
 
-from .helpers import errors_of, run_driver, write_json_files
+from .helpers import errors_of, run_driver
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.slow]
 

@@ -10,8 +10,9 @@ import pytest
 from twopc.audit import audit_topic, partition_offsets, wait_until_stable
 from twopc.spark import ExactlyOnceKafkaSink
 from twopc.testing.brokers import KafkaUnderTest
+from twopc.testing.drivers import write_json_files
 
-from .helpers import sink_options, write_json_files
+from .helpers import sink_options
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
