@@ -1,12 +1,15 @@
 """Trigger intervals: what the micro-batch interval costs and buys with kafka2pc streaming.
 
     .venv/bin/python benchmarks/bench_intervals.py [--triggers 0.5,1,2,5,10] [--duration 40]
-                                                   [--rate 2000]
+                                                   [--rate 2000] [--source clock|rate]
 
-For each trigger interval, a streaming query reads Spark's `rate` source (`--rate` rows/s, fixed)
-and writes through kafka2pc (timed by benchmarks/timed_sink.py, which wraps the real sink) for
-`--duration` seconds, while a read_committed consumer in this process reads the topic. Each record
-carries its creation time (the rate source's timestamp) in its value. Measured after `--warmup`:
+For each trigger interval, a streaming query reads a source at a fixed rate (`--rate` rows/s:
+benchmarks/clock_source.py, whose rows exist from their creation on as Kafka records would, or
+Spark's `rate` source, which offers a second's rows only when the second is over) and writes
+through kafka2pc (timed by benchmarks/timed_sink.py, which wraps the real sink, and observed by
+twopc's TwopcProgressListener) for `--duration` seconds, while a read_committed consumer in this
+process reads the topic. Each record carries its creation time in its value. Measured after
+`--warmup`:
 - throughput: records created in the window and seen by the consumer, per second;
 - commit phase: duration of the driver-side `commit(messages, batchId)` (guards, intent, EndTxn,
   outcome record), p50/p99;
@@ -34,7 +37,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks import timed_sink
+from benchmarks import clock_source, timed_sink
 from benchmarks.common import (
     RESULTS_DIR,
     broker_version,
@@ -46,6 +49,7 @@ from benchmarks.common import (
     spark_session,
     write_results,
 )
+from twopc.spark import TwopcProgressListener
 
 TOPIC_PARTITIONS = 4
 
@@ -103,9 +107,29 @@ class VisibilityConsumer(threading.Thread):
             self.ready.set()
 
 
+def source_frame(spark: Any, source: str, rate: int, partitions: int) -> Any:
+    """Columns `id` and `created_ms`: when the row came into being (epoch ms).
+
+    `clock` (benchmarks/clock_source.py) offers each row from its creation on, as a Kafka source
+    would; Spark's `rate` offers a second's rows only when that second is over, so its rows wait
+    ~0.5 s more whatever the trigger (kept for comparison with earlier runs)."""
+    from pyspark.sql import functions as F
+
+    if source == "rate":
+        stream = (spark.readStream.format("rate").option("rowsPerSecond", rate)
+                  .option("numPartitions", partitions).load())
+        return stream.select(F.col("value").alias("id"),
+                             (F.unix_micros(F.col("timestamp")) / 1000).cast("long").alias("created_ms"))
+    if source == "clock":
+        return (spark.readStream.format(clock_source.NAME)
+                .option("startMs", str(time.time_ns() // 1_000_000))
+                .option("rowsPerSecond", rate).option("numPartitions", partitions).load())
+    raise ValueError(f"unknown source {source!r}: rate or clock")
+
+
 def run_one(spark: Any, bootstrap: str, trigger_s: float, duration_s: float, warmup_s: float,
             rate: int, workdir: Path, commit_log: Path, timeout_ms: int,
-            source_partitions: int) -> dict[str, Any]:
+            source_partitions: int, source: str = "clock") -> dict[str, Any]:
     from pyspark.sql import functions as F
 
     topic = create_topic(bootstrap, TOPIC_PARTITIONS, "bench-intervals")
@@ -114,20 +138,22 @@ def run_one(spark: Any, bootstrap: str, trigger_s: float, duration_s: float, war
     consumer = VisibilityConsumer(bootstrap, topic)
     consumer.start()
     consumer.ready.wait(30)
-    stream = (spark.readStream.format("rate").option("rowsPerSecond", rate)
-              .option("numPartitions", source_partitions).load())
+    stream = source_frame(spark, source, rate, source_partitions)
     # value = id | creation time in epoch ms | padding to ~100 bytes
     out = stream.select(
-        F.col("value").cast("string").alias("key"),
-        F.concat_ws("|", F.col("value").cast("string"),
-                    (F.unix_micros(F.col("timestamp")) / 1000).cast("long").cast("string"),
+        F.col("id").cast("string").alias("key"),
+        F.concat_ws("|", F.col("id").cast("string"), F.col("created_ms").cast("string"),
                     F.lit("x" * 64)).alias("value"))
-    query = (out.writeStream.format(timed_sink.NAME)
-             .option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
-             .option("twopc.checkpoint", (workdir / f"twopc-{tag}").as_uri())
-             .option("twopc.transactionalIdPrefix", prefix)
-             .option("twopc.transactionTimeoutMs", str(timeout_ms))
-             .option("twopc.sourceRateLimited", "true")
+    options = {"kafka.bootstrap.servers": bootstrap, "topic": topic,
+               "twopc.checkpoint": (workdir / f"twopc-{tag}").as_uri(),
+               "twopc.transactionalIdPrefix": prefix,
+               "twopc.transactionTimeoutMs": str(timeout_ms),
+               "twopc.sourceRateLimited": "true"}
+    # twopc's own per-batch figures, as a user would read them (docs/spark.md).
+    listener = TwopcProgressListener(options)
+    spark.streams.addListener(listener)
+    load_before = os.getloadavg()
+    query = (out.writeStream.format(timed_sink.NAME).options(**options)
              .option("checkpointLocation", str(workdir / f"spark-{tag}"))
              .trigger(processingTime=f"{int(trigger_s * 1000)} milliseconds")
              .start())
@@ -146,6 +172,7 @@ def run_one(spark: Any, bootstrap: str, trigger_s: float, duration_s: float, war
     finally:
         query.stop()
     time.sleep(min(2.0, trigger_s) + 1.0)  # let the consumer read what the last commit made visible
+    spark.streams.removeListener(listener)
     consumer.stopping.set()
     consumer.join(30)
     if consumer.error is not None:
@@ -163,6 +190,9 @@ def run_one(spark: Any, bootstrap: str, trigger_s: float, duration_s: float, war
     ages = [(c["end_ms"] - c["oldest_start_ms"]) / c["timeout_ms"] for c in commits
             if c["oldest_start_ms"] is not None]
     busy = [p["durationMs"] for p in progress if p.get("numInputRows", 0) > 0]
+    # The coordinator's own commit() (the wrapper's time above adds opening it: log, client).
+    figures = [b.figures for b in listener.batches if b.figures.get("transactions")]
+    coordinator_ms = [float(f["commit_latency_ms"]) for f in figures]
     batch_ms = [float(d.get("triggerExecution", 0)) for d in busy]
     phases = sorted({k for d in busy for k in d})
     span_s = (window_end - window_start) / 1000
@@ -172,6 +202,7 @@ def run_one(spark: Any, bootstrap: str, trigger_s: float, duration_s: float, war
 
     return {
         "trigger_s": trigger_s,
+        "source": source,
         "topic": topic,
         "records_seen": len(consumer.seen.latencies),
         "records_in_window": len(inside),
@@ -180,6 +211,10 @@ def run_one(spark: Any, bootstrap: str, trigger_s: float, duration_s: float, war
         "commit_ms_p50": pct(commit_ms, 0.5),
         "commit_ms_p99": pct(commit_ms, 0.99),
         "commits": len(commit_ms),
+        "coordinator_commit_ms_p50": pct(coordinator_ms, 0.5),
+        "listener_batches": len(figures),
+        "recoveries": len(listener.recoveries),
+        "load_average_before": load_before,
         "e2e_ms_p50": pct(latencies, 0.5),
         "e2e_ms_p99": pct(latencies, 0.99),
         "oldest_age_fraction_max": max(ages) if ages else None,
@@ -193,14 +228,15 @@ def run_one(spark: Any, bootstrap: str, trigger_s: float, duration_s: float, war
 
 def run(bootstrap: str, spark: Any, triggers: list[float], duration_s: float, warmup_s: float,
         rate: int, workdir: Path, commit_log: Path, timeout_ms: int = 60_000,
-        source_partitions: int = 2, log: Any = print) -> list[dict[str, Any]]:
+        source_partitions: int = 2, log: Any = print, source: str = "clock") -> list[dict[str, Any]]:
     spark.dataSource.register(timed_sink.TimedKafka2pcDataSource)
+    spark.dataSource.register(clock_source.ClockSource)
     rows = []
     for trigger_s in triggers:
         # Long triggers need time for enough batches: at least ~5 of them after the warm-up.
         duration = max(duration_s, warmup_s + 6 * trigger_s + 2 * max(trigger_s, 2.0))
         r = run_one(spark, bootstrap, trigger_s, duration, warmup_s, rate, workdir, commit_log,
-                    timeout_ms, source_partitions)
+                    timeout_ms, source_partitions, source)
         rows.append(r)
         log(f"trigger {trigger_s:5.1f} s: {r['throughput_rps'] or 0:8.0f} rec/s  commit p50/p99 "
             f"{_ms(r['commit_ms_p50'])}/{_ms(r['commit_ms_p99'])} ms  e2e p50/p99 "
@@ -256,6 +292,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=float, default=8.0, help="seconds left out at the start")
     ap.add_argument("--rate", type=int, default=2000, help="rows per second from the rate source")
     ap.add_argument("--source-partitions", type=int, default=2)
+    ap.add_argument("--source", choices=("clock", "rate"), default="clock",
+                    help="clock: rows offered from their creation on (as from Kafka); rate: Spark's "
+                         "rate source, which offers a second's rows when the second is over")
     ap.add_argument("--txn-timeout-ms", type=int, default=60_000)
     ap.add_argument("--master", default="local[*]")
     ap.add_argument("--name", default="intervals")
@@ -269,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
         spark = spark_session("twopc-bench-intervals", master=args.master, driver_memory="1g")
         try:
             rows = run(bootstrap, spark, triggers, args.duration, args.warmup, args.rate, Path(tmp),
-                       commit_log, args.txn_timeout_ms, args.source_partitions)
+                       commit_log, args.txn_timeout_ms, args.source_partitions, source=args.source)
         finally:
             spark.stop()
         version = broker_version(bootstrap)
@@ -278,13 +317,14 @@ def main(argv: list[str] | None = None) -> int:
         "command": " ".join(["benchmarks/bench_intervals.py", *(argv or sys.argv[1:])]),
         "params": {"triggers": triggers, "duration_s": args.duration, "warmup_s": args.warmup,
                    "rate": args.rate, "source_partitions": args.source_partitions,
-                   "txn_timeout_ms": args.txn_timeout_ms, "master": args.master},
+                   "txn_timeout_ms": args.txn_timeout_ms, "master": args.master,
+                   "source": args.source},
         "machine": {**machine, "load_average_after": os.getloadavg(), "kafka_broker": version},
         "results": rows,
     }
     path = write_results(args.name, payload, args.results_dir)
     png = plot(rows, args.results_dir / f"{args.name}.png",
-               f"rate source {args.rate} rows/s, {args.source_partitions} partitions, "
+               f"{args.source} source {args.rate} rows/s, {args.source_partitions} partitions, "
                f"timeout {args.txn_timeout_ms} ms, {args.master}")
     print(f"{'trigger s':>9}  {'rec/s':>7}  {'commit p50':>10}  {'commit p99':>10}  {'e2e p50':>8}  "
           f"{'e2e p99':>8}  {'goal p50':>8}  {'age/timeout max':>15}  dups")

@@ -13,9 +13,13 @@ import json
 import logging
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
 
 from twopc.guards import coordinator_now
 from twopc.handle import Handle
+
+if TYPE_CHECKING:
+    from twopc.recovery import RecoveryReport
 
 LOGGER_NAME = "twopc"
 logger = logging.getLogger(LOGGER_NAME)
@@ -90,3 +94,59 @@ def metrics(fig: BatchFigures | None) -> dict[str, float]:
         "oldest_txn_age_ratio": fig.oldest_txn_age_ratio,
     }
     return {k: float(v) for k, v in values.items() if v is not None}
+
+
+def recovery_summary(report: RecoveryReport, *, where: str) -> dict[str, Any]:
+    """Pure: what one recovery did, as plain data (a JSON log line, the journal, the listener).
+
+    `where` names the driver call that ran it (``prepare``, ``commit``, ``abort``): in Spark each
+    runs in its own driver-side worker, whose log an operator rarely sees.
+    """
+    return {
+        "event": "recovery_report",
+        "where": where,
+        "acted": recovery_acted(report),
+        "summary": report.summary(),
+        "batches": {b.batch: b.outcome.value for b in report.batches},
+        "rolled_forward": list(report.rolled_forward),
+        "orphans_fenced": list(report.orphans_fenced),
+        "stranded_released": list(report.stranded.released),
+        "stranded_unreleased": [n.transactional_id for n in report.stranded.unreleased],
+        "undecided": [b.batch for b in report.undecided],
+        "lost_partitions": {b.batch: b.lost_partitions for b in report.batches
+                            if b.lost_partitions},
+    }
+
+
+def recovery_acted(report: RecoveryReport) -> bool:
+    """Did recovery find anything to do? (A clean restart, or every micro-batch of a healthy query,
+    finds nothing: such a report is logged at DEBUG, an acting one at WARNING: it means a crash.)"""
+    return bool(report.batches or report.rolled_forward or report.orphans_fenced
+                or report.stranded.released or report.stranded.unreleased)
+
+
+def log_recovery(summary: dict[str, Any]) -> None:
+    level = logging.WARNING if summary.get("acted") else logging.DEBUG
+    logger.log(level, json.dumps(summary, sort_keys=True), extra={"twopc": summary})
+
+
+_worker_handler: logging.Handler | None = None
+
+
+def show_in_worker_log() -> None:
+    """Make twopc's WARNING lines reach stderr in a Spark driver-side Python worker.
+
+    Such a worker (where a Python data source's writer(), streamWriter(), commit() and abort() run)
+    has no logging configuration, so lines go nowhere but through logging's last resort; Spark
+    copies the worker's stderr to the driver's. Idempotent; does nothing if the process configured
+    logging itself (a handler on the root or the ``twopc`` logger). Not for the user's own driver
+    process: its logging is the user's to configure.
+    """
+    global _worker_handler
+    if _worker_handler is not None or logger.handlers or logging.getLogger().handlers:
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setLevel(logging.WARNING)
+    logger.addHandler(handler)
+    _worker_handler = handler

@@ -32,6 +32,9 @@ def test_intervals_benchmark_short(broker: KafkaUnderTest, tmp_path: Path) -> No
     assert row["records_in_window"] > 0 and row["throughput_rps"] > 0
     assert row["duplicates"] == 0
     assert row["commits"] > 0 and row["commit_ms_p50"] > 0
+    # TwopcProgressListener saw the batches' figures, and there was nothing to recover.
+    assert row["listener_batches"] > 0 and row["coordinator_commit_ms_p50"] > 0
+    assert row["recoveries"] == 0
     assert row["e2e_ms_p50"] > 0 and row["e2e_ms_p99"] >= row["e2e_ms_p50"]
     assert 0 < row["oldest_age_fraction_max"] < 1
     assert (tmp_path / "smoke.png").stat().st_size > 0

@@ -18,12 +18,14 @@ from twopc.spark.errors import (
 )
 from twopc.spark.foreach_batch import ExactlyOnceKafkaSink
 from twopc.spark.jobs import JobReport, write_exactly_once
+from twopc.spark.listener import BatchProgress, TwopcProgressListener
 from twopc.spark.options import SinkConfig, parse_options
 from twopc.spark.source import NAME, Kafka2pcDataSource, register
 
 __all__ = [
     "NAME",
     "BadRowError",
+    "BatchProgress",
     "ExactlyOnceKafkaSink",
     "InputSchemaError",
     "JobReport",
@@ -32,6 +34,7 @@ __all__ = [
     "OptionError",
     "SinkConfig",
     "SparkSinkError",
+    "TwopcProgressListener",
     "parse_options",
     "register",
     "write_exactly_once",

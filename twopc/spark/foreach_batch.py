@@ -15,7 +15,15 @@ from twopc.errors import GuardFailed
 from twopc.spark.collect import write_tasks
 from twopc.spark.errors import MissingQueryIdentity
 from twopc.spark.options import parse_options
-from twopc.spark.runtime import QUERY, Owner, abort_batch, close_coordinator, open_coordinator, prepare
+from twopc.spark.runtime import (
+    QUERY,
+    Owner,
+    abort_batch,
+    driver_coordinator,
+    prepare,
+    record_batch,
+    report_recovery,
+)
 from twopc.spark.schema import check_schema
 
 if TYPE_CHECKING:
@@ -46,8 +54,7 @@ class ExactlyOnceKafkaSink:
         batch = str(batch_id)
         prepare(self.config, owner)
         for attempt in range(1, self.attempts_per_batch + 1):
-            coordinator = open_coordinator(self.config, owner)
-            try:
+            with driver_coordinator(self.config, owner) as coordinator:
                 if coordinator.is_committed(batch):
                     _log.info("twopc: batch %s of query %s is already committed", batch, query_id)
                     return
@@ -57,13 +64,14 @@ class ExactlyOnceKafkaSink:
                     abort_batch(self.config, owner, batch, [])
                     raise
                 try:
-                    coordinator.commit(batch, results)
-                    return
+                    report = coordinator.commit(batch, results)
                 except GuardFailed as exc:
                     # Nothing of the batch is visible and the abort is recorded: write it again.
                     if attempt == self.attempts_per_batch:
                         raise
                     _log.warning("twopc: batch %s written again (%d/%d): %s",
                                  batch, attempt + 1, self.attempts_per_batch, exc)
-            finally:
-                close_coordinator(coordinator)
+                    continue
+            record_batch(self.config, owner, batch, report.figures,
+                         report_recovery(self.config, owner, report.recovery, "commit"))
+            return

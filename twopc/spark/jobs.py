@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from twopc.handle import ResultKind
 from twopc.spark.collect import write_tasks
 from twopc.spark.options import JOB_ID, parse_options
-from twopc.spark.runtime import abort_batch, close_coordinator, job_owner, open_coordinator, prepare
+from twopc.spark.runtime import abort_batch, driver_coordinator, job_owner, prepare, report_recovery
 from twopc.spark.schema import check_schema
 
 if TYPE_CHECKING:
@@ -50,8 +50,7 @@ def write_exactly_once(
         report = JobReport(job_id, 0, 0, skipped=True)
         _log.warning("twopc: %s", report)
         return report
-    coordinator = open_coordinator(config, owner)
-    try:
+    with driver_coordinator(config, owner) as coordinator:
         try:
             results = write_tasks(df, config, owner, job_id)
         except BaseException:
@@ -59,9 +58,8 @@ def write_exactly_once(
             # they do not hold read_committed consumers back until they time out.
             abort_batch(config, owner, job_id, [])
             raise
-        coordinator.commit(job_id, results)
-    finally:
-        close_coordinator(coordinator)
+        committed_report = coordinator.commit(job_id, results)
+    report_recovery(config, owner, committed_report.recovery, "commit")
     committed = [r for r in results if r.kind is ResultKind.PRECOMMITTED]
     if results and all(r.kind is ResultKind.SKIPPED for r in results):
         return JobReport(job_id, 0, 0, skipped=True)

@@ -2,30 +2,41 @@
 
 Executor side: `task_write` (skip a committed batch, else write and pre-commit one partition).
 Driver side: `prepare` (bind the log to its owner, guards at start, recovery) before any task writes,
-and `open_coordinator` for commit and abort. No state is kept between calls: everything is in the
-checkpoint log and the messages.
+and `driver_coordinator` for commit and abort; what each call did goes to the `twopc` log lines and,
+for a streaming query, to the journal (journal.py) that TwopcProgressListener reads. Nothing the
+protocol needs is kept between calls (it is all in the checkpoint log and the messages); a reused
+worker only keeps its opened log and control client, as a speed-up.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
-from collections.abc import Iterable
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
+from twopc import observe
 from twopc.crashpoints import crash_point
+from twopc.errors import TwopcError
 from twopc.handle import ResultKind, WriteResult, transactional_id
 from twopc.spark.errors import MissingQueryIdentity
 from twopc.spark.guards import check_at_start
+from twopc.spark.journal import Journal, batch_entry, record_safely, recovery_entry
 from twopc.spark.options import SPARK_CHECKPOINT, SinkConfig
 from twopc.spark.schema import rows_from_batches
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from checkpoint import Log
+    from twopc.control import ControlClient
     from twopc.coordinator import Coordinator
+    from twopc.recovery import RecoveryReport
 
 _log = logging.getLogger(__name__)
 
@@ -45,18 +56,62 @@ class Owner:
         return f"{self.kind} {self.owner_id}"
 
 
-def open_coordinator(config: SinkConfig, owner: Owner, *, control: bool = True) -> Coordinator:
+# A driver-side Python worker is reused across micro-batches (spark.python.worker.reuse, the
+# default): keep its opened log (whose opening probes the backend's conditional create, two writes
+# and a delete) and its control client (connections, cached coordinators and leaders) for the next
+# call. Only an optimization: every call still reads the log afresh, and a client that failed a
+# call is closed and replaced.
+_shared_lock = threading.Lock()
+_logs: dict[str, Log] = {}
+_clients: dict[str, tuple[int, ControlClient]] = {}
+
+
+def _log_key(config: SinkConfig) -> str:
+    return json.dumps([config.checkpoint_url, config.storage_options,
+                       config.allow_unconditional_create], sort_keys=True, default=str)
+
+
+def _log_for(config: SinkConfig) -> Log:
     from checkpoint import open_log
+
+    key = _log_key(config)
+    with _shared_lock:
+        log = _logs.get(key)
+    if log is None:
+        log = open_log(config.checkpoint_url, config.storage_options,
+                       allow_unconditional_create=config.allow_unconditional_create)
+        with _shared_lock:
+            _logs[key] = log
+    return log
+
+
+def _client_for(config: SinkConfig) -> ControlClient:
     from twopc.control import ControlClient
+
+    key = json.dumps(config.control_config(), sort_keys=True)
+    with _shared_lock:
+        found = _clients.pop(key, None)  # taken: one call at a time uses a client
+    if found is not None and found[0] == os.getpid():
+        return found[1]
+    return ControlClient(config.control_config())  # (a forked child never reuses its parent's)
+
+
+def _release_client(config: SinkConfig, client: ControlClient, *, healthy: bool) -> None:
+    key = json.dumps(config.control_config(), sort_keys=True)
+    if healthy:
+        with _shared_lock:
+            if key not in _clients:
+                _clients[key] = (os.getpid(), client)
+                return
+    client.close()
+
+
+def open_coordinator(config: SinkConfig, owner: Owner, *, control: bool = True) -> Coordinator:
     from twopc.coordinator import Coordinator
 
-    log = open_log(
-        config.checkpoint_url,
-        config.storage_options,
-        allow_unconditional_create=config.allow_unconditional_create,
-    )
+    log = _log_for(config)
     # Executors only ask is_committed(), which reads the log: they need no control connection.
-    client = ControlClient(config.control_config()) if control else cast(ControlClient, None)
+    client = _client_for(config) if control else cast("ControlClient", None)
     if config.margin_ms is None:
         return Coordinator(log, client, owner_kind=owner.kind, owner_id=owner.owner_id,
                            prefix=config.prefix)
@@ -64,9 +119,53 @@ def open_coordinator(config: SinkConfig, owner: Owner, *, control: bool = True) 
                        prefix=config.prefix, margin_ms=config.margin_ms)
 
 
-def close_coordinator(coordinator: Coordinator) -> None:
-    if coordinator.control is not None:
-        coordinator.control.close()
+@contextmanager
+def driver_coordinator(config: SinkConfig, owner: Owner) -> Iterator[Coordinator]:
+    """A coordinator for one driver call; its control client is kept for the next call of this
+    process unless the call failed (then it is closed: its connections may be what failed)."""
+    coordinator = open_coordinator(config, owner)
+    healthy = False
+    try:
+        yield coordinator
+        healthy = True
+    finally:
+        _release_client(config, coordinator.control, healthy=healthy)
+        if not healthy:  # open it again next time (a storage problem probes again)
+            with _shared_lock:
+                _logs.pop(_log_key(config), None)
+
+
+def report_recovery(config: SinkConfig, owner: Owner, report: RecoveryReport | None,
+                    where: str) -> dict[str, Any] | None:
+    """What a recovery did: a JSON line on logger ``twopc`` (WARNING when it acted) and, for a
+    streaming query, the journal's ``recovery.json`` that TwopcProgressListener reports on the
+    driver. Returns the summary, or None without a report."""
+    if report is None:
+        return None
+    summary = observe.recovery_summary(report, where=where)
+    observe.log_recovery(summary)
+    if summary["acted"] and owner.kind == QUERY:
+        record_safely("a recovery report", journal_of(config).write_recovery,
+                      recovery_entry(owner.owner_id, summary))
+    return summary
+
+
+def journal_of(config: SinkConfig) -> Journal:
+    return Journal(config.checkpoint_url, config.storage_options)
+
+
+def record_batch(config: SinkConfig, owner: Owner, batch: str, fig: observe.BatchFigures | None,
+                 recovery: dict[str, Any] | None = None) -> None:
+    """Leave one micro-batch's figures (of its commit or abort) for the listener (streaming
+    queries only)."""
+    if fig is None or owner.kind != QUERY:
+        return
+    record_safely(f"the figures of batch {batch}", journal_of(config).write_batch, batch,
+                  batch_entry(owner.owner_id, fig, recovery), fig.event)
+
+
+# How long abort() waits before its second sweep: PySpark's default task kill timeout plus a margin.
+STRAGGLER_WAIT_S = 4.0
 
 
 def abort_batch(config: SinkConfig, owner: Owner, batch: str, results: list[WriteResult]) -> None:
@@ -76,13 +175,47 @@ def abort_batch(config: SinkConfig, owner: Owner, batch: str, results: list[Writ
     task, the successful ones too), so the pre-committed transactions of this batch are unknown to
     the driver; recovery's sweep lists the prefix's open transactions and fences those that no
     record names, so that they stop holding back read_committed consumers now, not at their timeout.
+
+    Spark calls abort() once the job has failed, without waiting for its other tasks to stop: a task
+    still running may pre-commit just after the first sweep. PySpark kills an interrupted task's
+    Python worker within spark.python.task.killTimeout (2 s by default), so a second sweep after
+    STRAGGLER_WAIT_S finds what such tasks left open (seen in tests: a job failed by one bad row, its
+    other tasks' transactions open until their timeout).
     """
-    coordinator = open_coordinator(config, owner)
-    try:
-        coordinator.abort(batch, results)
-        coordinator.recover()
-    finally:
-        close_coordinator(coordinator)
+    began = time.monotonic()
+    with _observed_call(config, owner, "abort", batch, results, began) as coordinator:
+        aborted = coordinator.abort(batch, results)
+        rolled = report_recovery(config, owner, aborted.recovery, "abort")
+        swept = report_recovery(config, owner, coordinator.recover(), "abort")
+        time.sleep(STRAGGLER_WAIT_S)
+        again = report_recovery(config, owner, coordinator.recover(), "abort")
+        swept = again if again is not None and again["acted"] else swept
+    outcome = "rolled_forward" if aborted.recovery is not None else "fenced"
+    record_batch(config, owner, batch, _figures_of("abort", batch, outcome, results, began),
+                 rolled or swept)
+
+
+def _figures_of(event: str, batch: str, outcome: str, results: list[WriteResult],
+                began: float) -> observe.BatchFigures:
+    handles = [r.handle for r in results if r.handle is not None]
+    return observe.figures(event, batch, outcome, handles, committed=0,
+                           now_ms=time.time_ns() // 1_000_000,
+                           latency_ms=(time.monotonic() - began) * 1000)
+
+
+@contextmanager
+def _observed_call(config: SinkConfig, owner: Owner, event: str, batch: str,
+                   results: list[WriteResult], began: float) -> Iterator[Coordinator]:
+    """A driver call whose failure still reaches the journal: its figures (outcome: the error's
+    class) and whatever its recovery did before it stopped (UndecidedError carries that report)."""
+    with driver_coordinator(config, owner) as coordinator:
+        try:
+            yield coordinator
+        except TwopcError as exc:
+            recovery = report_recovery(config, owner, getattr(exc, "report", None), event)
+            record_batch(config, owner, batch,
+                         _figures_of(event, batch, type(exc).__name__, results, began), recovery)
+            raise
 
 
 # Guards at start ask the cluster (a few round trips); a driver-side Python worker is reused across
@@ -102,15 +235,17 @@ def prepare(config: SinkConfig, owner: Owner, job: str | None = None) -> bool:
         check_at_start(config, streaming=owner.kind == QUERY)
         with _checked_lock:
             _checked.add(key)
-    coordinator = open_coordinator(config, owner)
-    try:
+    with driver_coordinator(config, owner) as coordinator:
         coordinator.bind()
         # Recovery first: a job whose earlier run crashed after its intent is rolled forward here and
         # then counts as committed.
-        coordinator.recover()
+        try:
+            recovered = coordinator.recover()
+        except TwopcError as exc:  # UndecidedError carries what was done before it stopped
+            report_recovery(config, owner, getattr(exc, "report", None), "prepare")
+            raise
+        report_recovery(config, owner, recovered, "prepare")
         return job is not None and coordinator.is_committed(job)
-    finally:
-        close_coordinator(coordinator)
 
 
 def query_id_from_spark_checkpoint(spark_checkpoint: str | None) -> str:
@@ -176,3 +311,13 @@ def task_write(
 def job_owner(config: SinkConfig) -> Owner:
     """Batch jobs of one prefix share a log; each job id is a batch of it."""
     return Owner(JOB, config.prefix)
+
+
+def commit_batch(config: SinkConfig, owner: Owner, batch: str, results: list[WriteResult]) -> None:
+    """Spark's commit of a micro-batch: the core's commit, then its figures (and what the settling
+    of an open intent did, if it had to) logged and left in the journal for the listener."""
+    began = time.monotonic()
+    with _observed_call(config, owner, "commit", batch, results, began) as coordinator:
+        report = coordinator.commit(batch, results)
+    record_batch(config, owner, batch, report.figures,
+                 report_recovery(config, owner, report.recovery, "commit"))

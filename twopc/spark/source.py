@@ -11,8 +11,8 @@ Where the driver runs code (checked on PySpark 4.3, see docs/spark.md):
 
 from __future__ import annotations
 
-import inspect
 import logging
+import sys
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
@@ -25,17 +25,19 @@ from pyspark.sql.datasource import (
 
 from twopc.errors import QueryMismatch
 from twopc.handle import WriteResult
+from twopc.observe import show_in_worker_log
 from twopc.spark.errors import OptionError
 from twopc.spark.options import JOB_ID, SinkConfig, parse_options
 from twopc.spark.runtime import (
     QUERY,
     Owner,
     abort_batch,
-    close_coordinator,
+    commit_batch,
+    driver_coordinator,
     job_owner,
-    open_coordinator,
     prepare,
     query_id_from_spark_checkpoint,
+    report_recovery,
     task_write,
 )
 from twopc.spark.schema import check_schema
@@ -81,7 +83,14 @@ def _constructed_for_commit() -> bool:
     PySpark gives the data source no other way to tell its two driver-side constructions apart; the
     worker's file name is part of PySpark's layout (pyspark/sql/worker/), checked on 4.3.
     """
-    return any(frame.filename.endswith(_COMMIT_RUNNER) for frame in inspect.stack(context=0))
+    # A plain walk up the frames: inspect.stack() would also look up every frame's source file
+    # (milliseconds, in every micro-batch).
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_filename.endswith(_COMMIT_RUNNER):
+            return True
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
 
 
 class BatchWriter(DataSourceArrowWriter):
@@ -101,13 +110,13 @@ class BatchWriter(DataSourceArrowWriter):
         )
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        coordinator = open_coordinator(self.config, self.owner)
-        try:
-            coordinator.commit(self.batch, results_of(messages))
-        finally:
-            close_coordinator(coordinator)
+        show_in_worker_log()
+        with driver_coordinator(self.config, self.owner) as coordinator:
+            report = coordinator.commit(self.batch, results_of(messages))
+        report_recovery(self.config, self.owner, report.recovery, "commit")
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        show_in_worker_log()
         abort_batch(self.config, self.owner, self.batch, results_of(messages))
 
 
@@ -136,13 +145,11 @@ class StreamWriter(DataSourceStreamArrowWriter):
         )
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        coordinator = open_coordinator(self.config, self.owner)
-        try:
-            coordinator.commit(str(batchId), results_of(messages))
-        finally:
-            close_coordinator(coordinator)
+        show_in_worker_log()
+        commit_batch(self.config, self.owner, str(batchId), results_of(messages))
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        show_in_worker_log()
         abort_batch(self.config, self.owner, str(batchId), results_of(messages))
 
 
@@ -154,6 +161,7 @@ class Kafka2pcDataSource(DataSource):
         return NAME
 
     def writer(self, schema: StructType, overwrite: bool) -> BatchWriter:
+        show_in_worker_log()
         config = parse_options(self.options, streaming=False)
         if overwrite:
             raise OptionError(
@@ -176,6 +184,7 @@ class Kafka2pcDataSource(DataSource):
         return BatchWriter(config, owner, config.job_id, committed)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> StreamWriter:
+        show_in_worker_log()
         config = parse_options(self.options, streaming=True)
         check_schema(schema, config.topic)
         owner = Owner(QUERY, query_id_from_spark_checkpoint(config.spark_checkpoint))

@@ -1,0 +1,154 @@
+"""Per-batch figures beside the twopc log, for whoever was not in the process that made them.
+
+In Spark the figures of a micro-batch (observe.BatchFigures) and what a recovery did are known in a
+driver-side Python worker, not in the driver process where users look (logs, listeners). The worker
+leaves them here, under ``<twopc.checkpoint>/observe/``, and `TwopcProgressListener` reads them on
+the driver:
+
+- ``observe/batch-<id>.json``: the commit of micro-batch ``id``, written before commit() returns,
+  hence before Spark writes its own commit log and posts the batch's progress event;
+  ``observe/batch-<id>-abort.json``: Spark's abort of it, if it came to that;
+- ``observe/recovery.json``: the last recovery that acted (rolled forward, fenced, recorded an
+  outcome), overwritten by the next one; ``at_ms`` tells them apart.
+
+These files are hints for people, never read by the protocol: written without fsync, replaced
+whole, and the batch files are pruned to the last ``KEEP_BATCHES``. A failure to write one is logged
+and ignored (the commit has happened; losing a figure must not fail the batch).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from twopc import observe
+
+_log = logging.getLogger(__name__)
+
+DIRECTORY = "observe"
+RECOVERY = "recovery.json"
+KEEP_BATCHES = 100
+FORMAT = 1
+
+
+EVENTS = ("commit", "abort")
+
+
+def batch_name(batch: str, event: str = "commit") -> str:
+    if event not in EVENTS:
+        raise ValueError(f"event must be one of {EVENTS}, got {event!r}")
+    return f"batch-{batch}.json" if event == "commit" else f"batch-{batch}-{event}.json"
+
+
+def batch_entry(owner_id: str, fig: observe.BatchFigures,
+                recovery: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Pure: the JSON document of one batch's figures."""
+    return {
+        "format": FORMAT,
+        "owner_id": owner_id,
+        "at_ms": time.time_ns() // 1_000_000,
+        "figures": fig.as_dict(),
+        "metrics": observe.metrics(fig),
+        "recovery": dict(recovery) if recovery is not None else None,
+    }
+
+
+def recovery_entry(owner_id: str, summary: Mapping[str, Any]) -> dict[str, Any]:
+    return {"format": FORMAT, "owner_id": owner_id, "at_ms": time.time_ns() // 1_000_000,
+            "recovery": dict(summary)}
+
+
+class Journal:
+    """The ``observe/`` directory of one twopc log (any fsspec URL, as the log itself)."""
+
+    def __init__(self, checkpoint_url: str, storage_options: Mapping[str, Any] | None = None) -> None:
+        from fsspec.core import url_to_fs
+
+        self.url = checkpoint_url.rstrip("/") + "/" + DIRECTORY
+        self._fs, self._root = url_to_fs(self.url, **dict(storage_options or {}))
+        self._local = "file" in _protocols(self._fs)
+
+    def _path(self, name: str) -> str:
+        return f"{self._root.rstrip('/')}/{name}"
+
+    def _put(self, name: str, doc: Mapping[str, Any]) -> None:
+        data = json.dumps(doc, sort_keys=True).encode()
+        path = self._path(name)
+        if self._local:
+            # A reader must never see half a file: write beside it, then rename over it.
+            os.makedirs(self._root, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self._root, prefix=".tmp-")
+            try:
+                with os.fdopen(fd, "wb") as out:
+                    out.write(data)
+                os.replace(tmp, path)
+            except BaseException:
+                with _quiet():
+                    os.unlink(tmp)
+                raise
+        else:
+            self._fs.pipe_file(path, data)  # one PUT: whole or nothing on object stores
+
+    def _get(self, name: str) -> dict[str, Any] | None:
+        try:
+            data = self._fs.cat_file(self._path(name))
+        except FileNotFoundError:
+            return None
+        try:
+            doc = json.loads(data)
+        except ValueError:
+            return None
+        return doc if isinstance(doc, dict) and doc.get("format") == FORMAT else None
+
+    # --- writers (driver-side workers) ---------------------------------------------------
+
+    def write_batch(self, batch: str, entry: Mapping[str, Any], event: str = "commit") -> None:
+        self._put(batch_name(batch, event), entry)
+        if batch.isdigit() and int(batch) >= KEEP_BATCHES:
+            old = str(int(batch) - KEEP_BATCHES)
+            for name in (batch_name(old, e) for e in EVENTS):
+                with _quiet():
+                    self._fs.rm_file(self._path(name))
+
+    def write_recovery(self, entry: Mapping[str, Any]) -> None:
+        self._put(RECOVERY, entry)
+
+    # --- readers (the listener, operators) -----------------------------------------------
+
+    def read_batch(self, batch: str, event: str = "commit") -> dict[str, Any] | None:
+        return self._get(batch_name(batch, event))
+
+    def read_recovery(self) -> dict[str, Any] | None:
+        return self._get(RECOVERY)
+
+
+def _protocols(fs: Any) -> tuple[str, ...]:
+    proto = fs.protocol
+    return (proto,) if isinstance(proto, str) else tuple(proto)
+
+
+class _quiet:
+    """Suppress and log an OSError: the journal is a hint, never a reason to fail a batch."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: object) -> bool:
+        if exc is not None and isinstance(exc, OSError):
+            _log.debug("twopc journal: %s", exc)
+            return True
+        return False
+
+
+def record_safely(action: str, write: Any, *args: Any) -> None:
+    """Run a journal write; on any storage error, log it and go on."""
+    try:
+        write(*args)
+    except Exception as exc:  # the journal is a hint: any failure is reported, never raised
+        _log.warning("twopc: could not write %s to the observe journal: %s", action, exc)
