@@ -49,9 +49,10 @@ from twopc.testing.brokers import KafkaUnderTest
 pytestmark = [pytest.mark.integration, pytest.mark.only_variants("kafka4-tv2", "kafka4-tv0")]
 
 RECORDS = 20
-# Each attempt loses the markers with probability about 0.6 (measured 3 of 5 on kafka4-tv2); eight
+# Each attempt loses the markers with probability about 0.6 (measured 3 of 5 on kafka4-tv2), less on a
+# heavily loaded machine (8 of 8 delivered once, under a load average above 10, on kafka4-tv0); fifteen
 # attempts all delivering them would mean the broker no longer behaves as documented above.
-MAX_ATTEMPTS = 8
+MAX_ATTEMPTS = 15
 SKIP_LOG_LINE = "Couldn't find leader endpoint for partitions"
 
 
