@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
 from checkpoint import KeyExists, Log
@@ -37,6 +37,7 @@ from twopc.decisions import (
 from twopc.errors import (
     BatchAborted,
     BatchPartlyCommitted,
+    CommitUnverified,
     DataLossError,
     GuardFailed,
     ResolutionRefused,
@@ -151,6 +152,8 @@ class Coordinator:
                 recovery = settle(session, self.control, [state], prefix=self.prefix,
                                   wait_ms=self.settle_wait_ms, sweep=False)
                 recovery.raise_if_undecided()
+                if recovery.batches[0].outcome is BatchOutcome.COMMITTED:
+                    self._verify_markers(session, batch, only={batch})
                 continue
             if plan.action is CommitAction.ALREADY_COMMITTED:
                 dups = self._fence_recorded(session, Duplicates(
@@ -213,6 +216,8 @@ class Coordinator:
         self.bind()
         session = Session(self.log)
         pending = session.state.pending
+        # Stranded commits first: the sweep's fences must not abort records they hold (commit()).
+        early = self._release_stranded(session)
         report = settle(session, self.control, pending, prefix=self.prefix,
                         wait_ms=self.settle_wait_ms, sweep=True, on_progress=on_progress)
         intents = {b.batch: b.intent for b in pending}
@@ -223,7 +228,9 @@ class Coordinator:
                 "recovery", b.batch, b.outcome.value, intents.get(b.batch, ()),
                 committed=sum(h.outcome == "committed" for h in b.handles),
                 now_ms=self.clock_ms(), latency_ms=(time.monotonic() - began) * 1000))
-        report.stranded = self._release_stranded(session)
+        settled = {b.batch for b in report.batches if b.outcome is BatchOutcome.COMMITTED}
+        late = self._release_stranded(session, only=settled) if settled else StrandedReport()
+        report.stranded = early.merged(late)
         self._purge(session)
         report.raise_if_undecided()
         return report
@@ -279,6 +286,11 @@ class Coordinator:
         seq = session.append(Committed(batch, intent_seq, losers))
         crash_point("coordinator.after_committed_record")
         self._remember_job(batch, seq)
+        # A broker killed mid-commit can drop the markers of a commit for good (stranded.py).
+        # They must be released before any later transaction on the same ids touches those
+        # partitions: its markers end the stranded records too, and an abort loses them (found by
+        # the torture suite). So a commit returns only once its markers landed or were released.
+        self._verify_markers(session, batch)
         if losers:
             self.control.fence(losers)
         crash_point("coordinator.during_sweep")
@@ -308,6 +320,7 @@ class Coordinator:
         b = report.batches[0]
         if b.outcome is BatchOutcome.COMMITTED:
             self._remember_job(batch, b.recorded_seq)
+            self._verify_markers(session, batch)
             self._purge(session)
             return CommitReport(batch, "committed",
                                 committed=tuple(h.transactional_id for h in b.handles),
@@ -325,6 +338,7 @@ class Coordinator:
                else record.ids)
         if not ids:
             return ()
+        self._release_stranded(session)  # a fence must not abort stranded records (commit())
         session.append(record)
         self.control.fence(ids)
         return ids
@@ -338,11 +352,21 @@ class Coordinator:
         observe.log_batch(fig)
         return fig
 
-    def _release_stranded(self, session: Session) -> StrandedReport:
-        # Every committed batch the log still holds (the last ones, and those this recovery just
-        # committed): one read_committed ListOffsets per leader when nothing is stuck.
+    def _verify_markers(self, session: Session, batch: str,
+                        only: Collection[str] | None = None) -> None:
+        """A committed batch's markers landed, or were released (commit(), stranded.py)."""
+        try:
+            self._release_stranded(session, only)
+        except Exception as exc:
+            raise CommitUnverified(batch, f"{type(exc).__name__}: {exc}") from exc
+
+    def _release_stranded(self, session: Session,
+                          only: Collection[str] | None = None) -> StrandedReport:
+        # Every committed batch the log still holds (or those in `only`): one read_committed
+        # ListOffsets per leader when nothing is stuck.
         committed = [b for b in session.state.batches.values()
-                     if b.status in (BatchStatus.COMMITTED, BatchStatus.PARTIAL)]
+                     if b.status in (BatchStatus.COMMITTED, BatchStatus.PARTIAL)
+                     and (only is None or b.batch in only)]
         wait = self.stranded_wait_ms
         return release_stranded_commits(session, self.control, committed, wait_ms=wait,
                                         grace_ms=min(STRANDED_GRACE_MS, wait))

@@ -101,6 +101,21 @@ class GuardFailed(TwopcError):
         )
 
 
+class CommitUnverified(TwopcError):
+    """The batch is committed, but checking that its commit markers reached every partition (and
+    releasing them if a killed broker dropped them, twopc/stranded.py) failed. A later transaction
+    on the same ids must not start before that check: its abort would take the committed records
+    with it. Recovery (run before every micro-batch, and by `twopc recover`) finishes the check."""
+
+    def __init__(self, batch: str, cause: str) -> None:
+        self.batch = batch
+        super().__init__(
+            f"batch {batch} is committed, but checking that its commit markers reached every "
+            f"partition failed: {cause}. Restart the query (or run `twopc recover`) before "
+            "writing more: recovery finishes the check; the re-run writes nothing again"
+        )
+
+
 class BatchAborted(TwopcError):
     """The commit decision was taken but no transaction of the batch survived: write it again."""
 

@@ -32,6 +32,9 @@ from twopc.session import Session
 
 log = logging.getLogger("twopc.stranded")
 
+# Markers usually land within milliseconds of the EndTxn answer (a commit checks its own batch
+# right after it): ask again soon, then back off.
+_FIRST_POLL_S = 0.01
 _POLL_S = 0.2
 TopicPartition = tuple[str, int]
 
@@ -136,6 +139,11 @@ class StrandedReport:
         return [n for n in self.notes if n.fate is not StrandedFate.RELEASE
                 or n.transactional_id in failed]
 
+    def merged(self, other: StrandedReport) -> StrandedReport:
+        """Both checks' findings (recovery checks before its sweep and after it commits)."""
+        return StrandedReport(self.checked + other.checked, [*self.notes, *other.notes],
+                              {**self.releases, **other.releases})
+
     def summary(self) -> str:
         parts = []
         if self.released:
@@ -206,6 +214,7 @@ def _observe(control: ControlClient, suspects: Sequence[tuple[str, Handle]], wai
     """Ask until every suspect is settled or proven stranded twice, `grace_ms` apart, or until
     `wait_ms` ran out (then what is still waiting is reported as such)."""
     start = clock()
+    delay = _FIRST_POLL_S
     first_release: dict[tuple[str, int, int], float] = {}
     while True:
         now = clock()
@@ -246,4 +255,5 @@ def _observe(control: ControlClient, suspects: Sequence[tuple[str, Handle]], wai
                     verdicts[k] = StrandedVerdict(StrandedFate.WAIT, f"still after {wait_ms} ms: "
                                                   + v.reason)
             return verdicts, stuck
-        time.sleep(_POLL_S)
+        time.sleep(delay)
+        delay = min(delay * 2, _POLL_S)
