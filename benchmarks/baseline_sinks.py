@@ -74,14 +74,8 @@ class _PlainWriter(DataSourceArrowWriter):
             for value, key in zip(values, keys, strict=True):
                 try:
                     produce(topic, value, key)
-                except BufferError:  # the queue is full: serve delivery reports until there is room
-                    while True:
-                        poll(0.05)
-                        try:
-                            produce(topic, value, key)
-                            break
-                        except BufferError:
-                            continue
+                except BufferError:
+                    produce_when_room(produce, poll, topic, value, key)
             rows += len(values)
             poll(0)
         if producer.flush(120) or failed:
@@ -110,3 +104,15 @@ class PlainDataSource(DataSource):
 def register(spark: Any) -> None:
     spark.dataSource.register(NoopDataSource)
     spark.dataSource.register(PlainDataSource)
+
+
+def produce_when_room(produce: Any, poll: Any, topic: str, value: bytes, key: bytes | None) -> None:
+    """The slow path of a plain producer's loop: the queue is full, so serve delivery reports until
+    produce() takes the record (the hot loop keeps its own try, so it pays no extra call)."""
+    while True:
+        poll(0.05)
+        try:
+            produce(topic, value, key)
+            return
+        except BufferError:
+            continue

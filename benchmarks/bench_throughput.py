@@ -144,14 +144,8 @@ def produce_plain(bootstrap: str, topic: str, records: Sequence[tuple[bytes, byt
         for key, value in records:
             try:
                 produce(topic, value, key)
-            except BufferError:  # the queue is full: serve delivery reports until there is room
-                while True:
-                    poll(0.05)
-                    try:
-                        produce(topic, value, key)
-                        break
-                    except BufferError:
-                        continue
+            except BufferError:
+                baseline_sinks.produce_when_room(produce, poll, topic, value, key)
         left = producer.flush(300)
     if left or failed:
         raise RuntimeError(f"ceiling producer: {left} undelivered, {len(failed)} failed {failed[:3]}")
@@ -246,13 +240,14 @@ def run(bootstrap: str, spark: Any, *, rows: int = 2_000_000, runs: int = 3, par
 # --- profile of twopc's executor path, outside Spark ------------------------------------------------
 
 def profile_executor_path(bootstrap: str, rows: int, value_size: int, top: int = 25) -> dict[str, Any]:
-    """cProfile of what one kafka2pc task runs on `rows` rows (Arrow batches -> Row objects ->
-    write_partition), and the same rows through a plain idempotent producer, timed in-process."""
+    """cProfile of what one kafka2pc task runs on `rows` rows (Arrow batches -> the writer's
+    `Columns` blocks -> write_partition), and the same rows through a plain idempotent producer,
+    timed in-process."""
     import pyarrow as pa
 
     from twopc.control import ControlClient, EndTxnRequest
     from twopc.spark.schema import rows_from_batches
-    from twopc.writer import write_partition
+    from twopc.writer import Columns, write_partition
 
     keys = [key_of(i) for i in range(rows)]
     filler = "." * (value_size - KEY_DIGITS)
@@ -282,7 +277,8 @@ def profile_executor_path(bootstrap: str, rows: int, value_size: int, top: int =
     pairs = [(k.encode(), (k + filler).encode()) for k in keys]
     out["plain_same_rows_s"] = produce_plain(bootstrap, create_topic(bootstrap, 8), pairs)
     began = time.perf_counter()
-    converted = sum(1 for _ in rows_from_batches(batches, 0, "t"))
+    converted = sum(len(r) if isinstance(r, Columns) else 1
+                    for r in rows_from_batches(batches, 0, "t"))
     out["arrow_to_rows_s"] = time.perf_counter() - began
     assert converted == rows
     return out

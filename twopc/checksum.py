@@ -51,6 +51,11 @@ _M2 = np.uint64(0xC4CEB9FE1A85EC53)
 _S33 = np.uint64(33)
 
 
+def warm_up() -> None:
+    """Import the hashing now (pandas: ~0.25 s the first time in a process)."""
+    from pandas.util import hash_array  # noqa: F401
+
+
 def _siphash(items: Sequence[Any], key: str, categorize: bool = False) -> U64:
     from pandas.util import hash_array  # heavy import: only when a chunk is hashed
 
@@ -75,12 +80,14 @@ def identity_hashes(topic: str, values: Sequence[bytes | str], keys: Sequence[by
     carries, so that a failed delivery can be traced back to its row."""
     n = len(values)
     hv = _siphash(values, _VALUE_KEY)
-    if keys.count(None) == n:
+    missing = keys.count(None)
+    if missing == n:
         hk = np.full(n, _NO_KEY, dtype=np.uint64)
     else:
         hk = _siphash(keys, _KEY_KEY)
-        nulls = np.fromiter((k is None for k in keys), dtype=bool, count=n)
-        hk[nulls] = _NO_KEY
+        if missing:
+            nulls = np.fromiter((k is None for k in keys), dtype=bool, count=n)
+            hk[nulls] = _NO_KEY
     if topic_overrides:
         topics = [topic] * n
         for pos, name in topic_overrides:

@@ -3,6 +3,10 @@
 DESIGN.md section 2, executor steps 2-6. `write_partition` returns a `WriteResult` whose handle lets
 the driver finish the transaction from another process; the transaction itself is left open.
 
+Rows come as `Row`s, mappings, or `Columns` blocks (value and key columns, from Arrow: no object
+per row). The transaction starts in a helper thread while the caller's rows are read ahead, so that
+the broker round trips of init_transactions overlap with the caller's conversion work.
+
 After the pre-commit the producer is dropped, never closed and never used in a `with` block:
 confluent-kafka's `close()` aborts an open transaction, while librdkafka's destroy (what dropping
 the last reference runs) sends no EndTxn. tests/writer prove the latter against a real broker.
@@ -12,19 +16,21 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from itertools import chain
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from twopc.checksum import MultisetChecksum, identity_hashes, record_hashes
+from twopc.checksum import MultisetChecksum, identity_hashes, record_hashes, warm_up
 from twopc.control import ControlClient, TransactionDescription, TxnState
 from twopc.crashpoints import crash_point
 from twopc.handle import Handle, PartitionSpan, ResultKind, WriteResult
 from twopc.rows import (
+    Columns,
     Row,
     RowError,
     WriteError,
@@ -37,6 +43,7 @@ from twopc.rows import (
 )
 
 __all__ = [
+    "Columns",
     "DeliveryError",
     "IdentificationError",
     "ProducerError",
@@ -58,6 +65,9 @@ MIN_MARGIN_MS = 500
 _NO_ROW = object()
 _OURS = ("on_delivery", "delivery.report.only.error", "dr_cb", "dr_msg_cb")
 _MAX_KEPT_FAILURES = 1000
+READ_AHEAD_ROWS = 65536  # rows read from the caller while the transaction starts
+_NO_TOPIC = ("the row names no topic and the writer has no default topic: set the topic option "
+             "or a topic column")
 
 
 class WriterConfigError(WriteError):
@@ -127,7 +137,7 @@ def budget_limit_ms(transaction_timeout_ms: int, budget_ms: int | None) -> int:
 def write_partition(
     producer_config: Mapping[str, Any],
     transactional_id: str,
-    rows: Iterable[Row | Mapping[str, Any]],
+    rows: Iterable[Row | Mapping[str, Any] | Columns],
     *,
     batch: str,
     task_partition: int,
@@ -146,6 +156,8 @@ def write_partition(
             "time to write: raise transaction.timeout.ms")
     iterator = iter(rows)
     first = next(iterator, _NO_ROW)
+    while type(first) is Columns and not len(first):
+        first = next(iterator, _NO_ROW)
     if first is _NO_ROW:
         # No transaction at all: one with no partition stays Empty and EndTxn on it fails.
         return WriteResult(ResultKind.EMPTY, batch, task_partition, attempt)
@@ -182,6 +194,11 @@ def _producer_config(user: Mapping[str, Any], transactional_id: str,
                                 "which the writer needs to identify its transaction")
     config.setdefault("statistics.interval.ms", STATS_INTERVAL_MS)
     config.setdefault("linger.ms", 5)
+    # The first connection to a broker learned from metadata waits for this backoff (librdkafka
+    # default 100 ms, jittered) and the transaction's start waits for that connection (see
+    # _Starter): 10 ms makes the start ~15 ms instead of ~60. Failed reconnects still back off
+    # exponentially up to reconnect.backoff.max.ms.
+    config.setdefault("reconnect.backoff.ms", 10)
     config["transactional.id"] = transactional_id
     config["transaction.timeout.ms"] = timeout_ms
     config["enable.idempotence"] = True
@@ -231,6 +248,53 @@ class _Deliveries:
         return on_delivery
 
 
+class _Starter(threading.Thread):
+    """init_transactions and begin_transaction, off the caller's thread (confluent-kafka releases
+    the GIL in both)."""
+
+    def __init__(self, producer: Producer, topic: str | None, timeout_s: float) -> None:
+        super().__init__(name="twopc-writer-start", daemon=True)
+        self.producer = producer
+        self.topic = topic
+        self.timeout_s = timeout_s
+        self.error: BaseException | None = None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            # librdkafka sends FindCoordinator only through a connected broker it learned from
+            # metadata (not a bootstrap one), and when none is up it retries on a 500 ms timer:
+            # init_transactions alone took ~5-100 ms or ~510 ms at random. Two metadata requests
+            # first (the second waits for a learned broker's connection) make it ~15 ms in all
+            # (with reconnect.backoff.ms=10), init itself a few ms. With no default topic, all
+            # topics' metadata.
+            try:
+                self.producer.list_topics(self.topic, min(self.timeout_s, 10.0))
+                self.producer.list_topics(self.topic, min(self.timeout_s, 10.0))
+            except KafkaException as exc:  # only a warm-up: init_transactions decides
+                log.debug("metadata before init_transactions failed: %s", exc)
+            self.producer.init_transactions(self.timeout_s)
+            self.producer.begin_transaction()
+            # The checksum's hashing imports pandas on first use (~0.25 s, once per Python
+            # worker): here it overlaps with the caller reading rows ahead.
+            warm_up()
+        except BaseException as exc:
+            self.error = exc
+
+
+def _read_ahead(rows: Iterator[Any], starter: threading.Thread) -> list[Any]:
+    """Rows taken from `rows` while the transaction starts (bounded: they are held in memory)."""
+    ahead: list[Any] = []
+    count = 0
+    while starter.is_alive() and count < READ_AHEAD_ROWS:
+        row = next(rows, _NO_ROW)
+        if row is _NO_ROW:
+            break
+        ahead.append(row)
+        count += len(row) if type(row) is Columns else 1
+    return ahead
+
+
 class _Transaction:
     def __init__(self, config: dict[str, Any], transactional_id: str, limit_ms: int,
                  budget_ms: int | None, timeout_ms: int) -> None:
@@ -257,18 +321,31 @@ class _Transaction:
 
     # --- the steps ---------------------------------------------------------------------------
 
-    def run(self, rows: Iterable[Row | Mapping[str, Any]], default_topic: str | None,
+    def run(self, rows: Iterable[Row | Mapping[str, Any] | Columns], default_topic: str | None,
             control: ControlClient, task_partition: int, attempt: int) -> Handle:
+        iterator = iter(rows)
+        # Starting takes a broker round trip or three; the caller's rows (often converted from
+        # Arrow on the fly) are read ahead meanwhile. Nothing is produced before the begin.
+        starter = _Starter(self.producer, default_topic, self.timeout_ms / 1000)
         try:
-            self.producer.init_transactions(self.timeout_ms / 1000)
-            self.producer.begin_transaction()
-        except KafkaException as exc:
+            ahead = _read_ahead(iterator, starter)
+        except BaseException:
+            starter.join()
+            if starter.error is None:
+                self._abort()  # begun, nothing produced: ends locally, nothing to see
+            raise
+        starter.join()
+        if starter.error is not None:
+            exc = starter.error
+            if not isinstance(exc, KafkaException):
+                raise exc
             raise ProducerError(f"transactional id {self.tid!r}: could not start a transaction: "
                                 f"{exc.args[0] if exc.args else exc}") from exc
+        # The coordinator starts its clock at the first partition, after this: conservative.
         self.begun_at = time.monotonic()
         try:
             crash_point("writer.after_begin")
-            self._produce_all(rows, default_topic)
+            self._produce_all(chain(ahead, iterator), default_topic)
             crash_point("writer.after_produce")
             self._flush()
             crash_point("writer.after_flush")
@@ -293,18 +370,17 @@ class _Transaction:
         crash_point("writer.after_identify")
         return handle
 
-    def _produce_all(self, rows: Iterable[Row | Mapping[str, Any]],
+    def _produce_all(self, rows: Iterable[Row | Mapping[str, Any] | Columns],
                      default_topic: str | None) -> None:
         produce = self.producer.produce
-        failures = self.deliveries.failures
         values: list[Any] = []
         keys: list[Any] = []
         overrides: list[tuple[int, str]] = []
         headers: list[tuple[int, bytes]] = []
         add_value = values.append
         add_key = keys.append
-        index = -1
-        for index, row in enumerate(rows):
+        index = 0
+        for row in rows:
             if type(row) is Row:
                 value, key, topic, partition = row.value, row.key, row.topic, row.partition
                 hdrs = produce_headers(row.headers, index, key) if row.headers else None
@@ -313,20 +389,23 @@ class _Transaction:
                     partition = -1
                 elif type(partition) is not int or partition < 0:
                     check_partition(index, partition, key)
+            elif type(row) is Columns:
+                self._add_chunk(default_topic, values, keys, overrides, headers)
+                index = self._produce_columns(row, index, default_topic)
+                continue
             elif isinstance(row, Mapping):
                 value, key, topic, partition, hdrs, ts = fields_of(row, index)
                 if partition != -1:
                     check_partition(index, partition, key)
             else:
-                raise RowError(index, None, f"a row is a twopc Row or a mapping, not a "
+                raise RowError(index, None, f"a row is a twopc Row, Columns or a mapping, not a "
                                f"{type(row).__name__}")
             if value is None:
                 check_value(index, value, key)
             pos = len(values)
             if topic is None:
                 if default_topic is None:
-                    raise RowError(index, key, "the row names no topic and the writer has no "
-                                   "default topic: set the topic option or a topic column")
+                    raise RowError(index, key, _NO_TOPIC)
                 topic = default_topic
             else:
                 overrides.append((pos, topic))
@@ -343,14 +422,52 @@ class _Transaction:
             add_key(key)
             if hdrs:
                 headers.append((pos, encode_headers(hdrs)))
+            index += 1
             if pos + 1 == CHUNK:
-                self._add_chunk(default_topic, values, keys, overrides, headers)
-                self.producer.poll(0)
-                if failures:
-                    raise self._delivery_error()
-                self._check_budget("while producing")
+                self._end_chunk(default_topic, values, keys, overrides, headers)
         self._add_chunk(default_topic, values, keys, overrides, headers)
-        self.rows = index + 1
+        self.rows = index
+
+    def _produce_columns(self, block: Columns, start: int, default_topic: str | None) -> int:
+        """The columnar path: the same records, checks and chunking as the equivalent `Row`s
+        (value, key, default topic), without a per-row object or branch. Returns the next index."""
+        values: list[Any] = list(block.values)  # our own copies: a coerced buffer replaces its entry
+        n = len(values)
+        keys: list[Any] = [None] * n if block.keys is None else list(block.keys)
+        if not n:
+            return start
+        if default_topic is None:
+            raise RowError(start, keys[0], _NO_TOPIC)
+        if None in values:
+            at = values.index(None)
+            check_value(start + at, None, keys[at])
+        produce = self.producer.produce
+        topic = default_topic
+        for lo in range(0, n, CHUNK):
+            hi = min(lo + CHUNK, n)
+            i = lo
+            while i < hi:
+                try:
+                    for i in range(i, hi):  # noqa: B020 (on an error, i names the row)
+                        produce(topic, values[i], keys[i])
+                    i = hi
+                except BufferError:
+                    self._produce_when_room((topic, values[i], keys[i], -1, None, None, 0, None))
+                    i += 1
+                except (TypeError, ValueError, KafkaException) as exc:
+                    values[i], keys[i] = self._produce_refused(exc, start + i, topic, values[i],
+                                                               keys[i], -1, 0, None)
+                    i += 1
+            self._end_chunk(default_topic, values[lo:hi], keys[lo:hi], [], [])
+        return start + n
+
+    def _end_chunk(self, default_topic: str | None, values: list[Any], keys: list[Any],
+                   overrides: list[tuple[int, str]], headers: list[tuple[int, bytes]]) -> None:
+        self._add_chunk(default_topic, values, keys, overrides, headers)
+        self.producer.poll(0)
+        if self.deliveries.failures:
+            raise self._delivery_error()
+        self._check_budget("while producing")
 
     def _add_chunk(self, default_topic: str | None, values: list[Any], keys: list[Any],
                    overrides: list[tuple[int, str]], headers: list[tuple[int, bytes]]) -> None:
@@ -385,6 +502,9 @@ class _Transaction:
                                "the producer's message.max.bytes: split it, or raise "
                                "message.max.bytes here and max.message.bytes on the topic") \
                     from exc
+            if err.code() == KafkaError._UNKNOWN_PARTITION:
+                raise RowError(index, key, f"partition {partition} does not exist in topic "
+                               f"{topic!r} (librdkafka: {err.str()})") from exc
             raise RowError(index, key, f"the producer refused it: {err.name()}: {err.str()}") \
                 from exc
         coerced_value = bytes(value) if isinstance(value, (bytearray, memoryview)) else value

@@ -28,7 +28,8 @@ def _load() -> ModuleType:
 def test_benchmark_runs_with_small_counts(broker: KafkaUnderTest) -> None:
     bench = _load()
     results = bench.run(broker.bootstrap_servers, records=500, size=64, rounds=1)
-    assert [r.mode for r in results] == [bench.WRITER, bench.CHECKED, bench.BARE]
+    assert [r.mode for r in results] == [bench.WRITER, bench.WRITER_COLUMNS, bench.CHECKED,
+                                         bench.CONNECTED, bench.BARE]
     assert all(r.records == 500 and len(r.seconds) == 1 and r.median_s > 0 for r in results)
     table = bench.format_table(results, 64)
-    assert bench.WRITER in table and "1.00x" in table
+    assert bench.WRITER in table and "1.00x" in table and "stricter" in table

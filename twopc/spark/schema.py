@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql.types import StructType
 
-    from twopc.rows import Row
+    from twopc.rows import Columns, Row
 
 COLUMNS = ("value", "key", "topic", "partition", "headers")
 
@@ -97,48 +97,96 @@ def _as_bytes(value: Any) -> bytes | None:
     return bytes(value)
 
 
-def _column(batch: pa.RecordBatch, name: str) -> list[Any] | None:
+def _find(batch: pa.RecordBatch, name: str) -> pa.Array | None:
     # Spark keeps the DataFrame's column case; match ignoring case as Spark's resolution does.
     for index, field_name in enumerate(batch.schema.names):
         if field_name.lower() == name:
-            return batch.column(index).to_pylist()  # type: ignore[no-any-return]
+            return batch.column(index)
     return None
+
+
+def _column(batch: pa.RecordBatch, name: str) -> list[Any] | None:
+    array = _find(batch, name)
+    return None if array is None else array.to_pylist()
+
+
+def _binary_list(array: pa.Array) -> list[Any]:
+    """The column's entries as bytes (None for null): a string column is cast to binary in Arrow
+    (the same UTF-8 bytes, no copy), so no `str` is made and encoded per row."""
+    import pyarrow as pa
+
+    if pa.types.is_string(array.type):
+        array = array.cast(pa.binary())
+    elif pa.types.is_large_string(array.type):
+        array = array.cast(pa.large_binary())
+    return array.to_pylist()  # type: ignore[no-any-return]
+
+
+def _null_value(task_partition: int, index: int) -> BadRowError:
+    return BadRowError(
+        f"row {index} of Spark partition {task_partition} has a null value; Kafka records written "
+        "by twopc need a value (filter or fill null values before writing)"
+    )
 
 
 def rows_from_batches(
     batches: Iterable[pa.RecordBatch], task_partition: int, default_topic: str | None
-) -> Iterator[Row]:
-    """Rows for the writer; a bad row raises BadRowError naming it (the task, its index)."""
-    from twopc.rows import Row
+) -> Iterator[Row | Columns]:
+    """Rows for the writer; a bad row raises BadRowError naming it (the task, its index).
+
+    A batch with only value and key (the common case, with the topic option) becomes one
+    `Columns` block: no Python object per row but the key and value bytes themselves."""
+    from twopc.rows import Columns
 
     index = 0
     for batch in batches:
-        values = _column(batch, "value")
-        if values is None:
+        value_array = _find(batch, "value")
+        if value_array is None:
             raise BadRowError("the input has no 'value' column")
-        keys = _column(batch, "key")
-        topics = _column(batch, "topic")
-        partitions = _column(batch, "partition")
-        headers = _column(batch, "headers")
-        for i, raw in enumerate(values):
-            where = f"row {index} of Spark partition {task_partition}"
-            value = _as_bytes(raw)
-            if value is None:
-                raise BadRowError(
-                    f"{where} has a null value; Kafka records written by twopc need a value "
-                    "(filter or fill null values before writing)"
-                )
-            topic = topics[i] if topics is not None and topics[i] is not None else default_topic
-            if topic is None:
-                raise BadRowError(f"{where} has a null topic and no 'topic' option gives a default")
-            row_headers: tuple[tuple[str, bytes | None], ...] = ()
-            if headers is not None and headers[i]:
-                row_headers = tuple((str(h["key"]), _as_bytes(h["value"])) for h in headers[i])
-            yield Row(
-                value=value,
-                key=_as_bytes(keys[i]) if keys is not None else None,
-                topic=topic,
-                partition=partitions[i] if partitions is not None else None,
-                headers=row_headers,
-            )
+        if (default_topic is not None and _find(batch, "topic") is None
+                and _find(batch, "partition") is None and _find(batch, "headers") is None):
+            if value_array.null_count:
+                first_null = value_array.is_null().to_pylist().index(True)
+                raise _null_value(task_partition, index + first_null)
+            key_array = _find(batch, "key")
+            values = _binary_list(value_array)
+            keys = None if key_array is None else _binary_list(key_array)
+            if values:
+                yield Columns(values, keys)
+            index += len(values)
+            continue
+        for row in _rows_of(batch, index, task_partition, default_topic):
+            yield row
             index += 1
+
+
+def _rows_of(
+    batch: pa.RecordBatch, start: int, task_partition: int, default_topic: str | None
+) -> Iterator[Row]:
+    """One `Row` per row: the general path (topic, partition or headers columns)."""
+    from twopc.rows import Row
+
+    values = _column(batch, "value")
+    assert values is not None
+    keys = _column(batch, "key")
+    topics = _column(batch, "topic")
+    partitions = _column(batch, "partition")
+    headers = _column(batch, "headers")
+    for i, raw in enumerate(values):
+        where = f"row {start + i} of Spark partition {task_partition}"
+        value = _as_bytes(raw)
+        if value is None:
+            raise _null_value(task_partition, start + i)
+        topic = topics[i] if topics is not None and topics[i] is not None else default_topic
+        if topic is None:
+            raise BadRowError(f"{where} has a null topic and no 'topic' option gives a default")
+        row_headers: tuple[tuple[str, bytes | None], ...] = ()
+        if headers is not None and headers[i]:
+            row_headers = tuple((str(h["key"]), _as_bytes(h["value"])) for h in headers[i])
+        yield Row(
+            value=value,
+            key=_as_bytes(keys[i]) if keys is not None else None,
+            topic=topic,
+            partition=partitions[i] if partitions is not None else None,
+            headers=row_headers,
+        )
