@@ -252,7 +252,8 @@ def open_store(
     if isinstance(fs, LocalFileSystem):
         return LocalStore(url, root)
     name = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
-    conditional = name in _CONDITIONAL_PROTOCOLS
+    # A filesystem may declare an atomic create-if-absent itself; the probe still checks it.
+    conditional = name in _CONDITIONAL_PROTOCOLS or getattr(fs, "atomic_create", False) is True
     if not conditional and not allow_unconditional:
         raise ConditionalCreateUnsupported(
             url, f"fsspec protocol {name!r} has no atomic create-if-absent known to twopc"

@@ -4,7 +4,9 @@
     python spark_driver.py stream CONFIG_JSON   # JSON files -> kafka2pc, availableNow, 4 partitions
 
 CONFIG_JSON: {"master", "bootstrap", "topic", "checkpoint", "prefix", "rows" | "source",
-"spark_checkpoint", "job_id"}. Prints one line `RESULT <json>` on success.
+"spark_checkpoint", "job_id", "first", "options"}; batch rows are ids first..first+rows-1 (first: 0 by
+default); "options" (optional) adds or overrides sink options.
+Prints one line `RESULT <json>` on success.
 """
 
 from __future__ import annotations
@@ -38,10 +40,12 @@ def main() -> None:
         "twopc.checkpoint": cfg["checkpoint"],
         "twopc.transactionalIdPrefix": cfg["prefix"],
         "twopc.sourceRateLimited": "true",
+        **cfg.get("options", {}),
     }
     try:
         if mode == "batch":
-            df = spark.range(0, cfg["rows"], 1, 4).selectExpr(
+            first = cfg.get("first", 0)
+            df = spark.range(first, first + cfg["rows"], 1, 4).selectExpr(
                 "concat('" + cfg["prefix"] + "-', cast(id as string)) as value"
             )
             df.write.format("kafka2pc").options(**options).option("twopc.jobId", cfg["job_id"]).mode(

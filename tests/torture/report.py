@@ -1,0 +1,93 @@
+"""The long run's report: faults and outcomes by kind, recovery times, failures with their seeds.
+Pure: it adds up ScheduleResults and renders JSON and Markdown."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from tests.torture.result import FAULT_KINDS, OUTCOME_KINDS, ScheduleResult
+
+MIN_FAULTS = 10
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (0 for no values)."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def summarize(results: Sequence[ScheduleResult], variant: str, seed: int,
+              min_faults: int = MIN_FAULTS) -> dict[str, Any]:
+    faults: Counter[str] = Counter({k: 0 for k in FAULT_KINDS})
+    outcomes: Counter[str] = Counter({k: 0 for k in OUTCOME_KINDS})
+    by_workload: Counter[str] = Counter()
+    recovery: list[float] = []
+    for r in results:
+        faults.update(r.faults)
+        outcomes.update(r.outcomes)
+        by_workload[r.workload] += 1
+        recovery.extend(r.recovery_s)
+    failed = [r for r in results if not r.passed]
+    problems = [f"schedule seed {r.seed} ({r.workload}) failed: {r.error}" for r in failed]
+    problems += [f"fault {k} injected {n} times (< {min_faults})" for k, n in faults.items()
+                 if n < min_faults]
+    problems += [f"outcome {k} never reached" for k, n in outcomes.items() if n == 0]
+    return {
+        "variant": variant, "seed": seed, "schedules": len(results),
+        "schedules_by_workload": dict(by_workload), "passed": len(results) - len(failed),
+        "failed": len(failed), "faults": dict(faults), "outcomes": dict(outcomes),
+        "recovery_s": {"count": len(recovery), "p50": percentile(recovery, 50),
+                       "p99": percentile(recovery, 99), "max": max(recovery, default=0.0)},
+        "records": {"expected": sum(r.expected for r in results),
+                    "found": sum(r.found for r in results),
+                    "duplicates": sum(r.duplicates for r in results),
+                    "missing": sum(r.missing for r in results),
+                    "reported_lost": sum(r.reported_lost for r in results),
+                    "open_transactions": sum(r.open_transactions for r in results),
+                    "stranded_released": sum(r.stranded_released for r in results)},
+        "seconds": sum(r.seconds for r in results),
+        "ok": not problems, "problems": problems,
+        "failures": [r.to_json() for r in failed],
+    }
+
+
+def render_markdown(summary: dict[str, Any]) -> str:
+    rec = summary["recovery_s"]
+    recs = summary["records"]
+    lines = [
+        f"# Torture report: {summary['variant']}",
+        "",
+        f"{summary['schedules']} schedules (seeds from {summary['seed']}; "
+        f"{summary['schedules_by_workload']}), {summary['passed']} passed, "
+        f"{summary['failed']} failed, {summary['seconds']:.0f} s of schedules. "
+        f"Verdict: **{'PASS' if summary['ok'] else 'FAIL'}**.",
+        "",
+        "## Faults injected", "", "| kind | times |", "|---|---|",
+        *[f"| {k} | {n} |" for k, n in summary["faults"].items()],
+        "", "## Outcomes (batches)", "", "| kind | batches |", "|---|---|",
+        *[f"| {k} | {n} |" for k, n in summary["outcomes"].items()],
+        "", "## Records", "",
+        f"expected {recs['expected']}, found {recs['found']}, duplicates {recs['duplicates']}, "
+        f"missing {recs['missing']}, reported lost by DataLossError (and resolved by the "
+        f"operator) {recs['reported_lost']}, open transactions left {recs['open_transactions']}, "
+        f"stranded commits (markers dropped by a killed broker) released by the last restart's "
+        f"recovery {recs['stranded_released']}.",
+        "", "## Recovery time (wall clock of each recovery call)", "",
+        f"{rec['count']} recoveries: p50 {rec['p50']:.2f} s, p99 {rec['p99']:.2f} s, "
+        f"max {rec['max']:.2f} s.",
+        "", "## Problems", "",
+    ]
+    lines += [f"- {p}" for p in summary["problems"]] or ["none"]
+    for f in summary["failures"]:
+        lines += ["", f"### seed {f['seed']} ({f['workload']})", "", "```",
+                  *f["steps"], f"error: {f['error']}", "```",
+                  f"Replay: `python -m tests.torture --variant {summary['variant']} "
+                  f"--only-seed {f['seed']}`" + (" --spark-every 1" if f["workload"] != "core"
+                                                 else "")]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,87 @@
+"""What one torture schedule did and how it ended: the unit the long run's report adds up.
+
+Both workloads (the core protocol driven by subprocesses, and Spark jobs) return a ScheduleResult, so
+that one report counts faults and outcomes across them."""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+# Every fault the suite injects. The long run must inject each at least 10 times.
+FAULT_KINDS: tuple[str, ...] = (
+    "driver_kill",             # SIGKILL of the driver at a named crash point (coordinator/recovery)
+    "task_failure",            # SIGKILL of a writer/task after it wrote (at a writer crash point)
+    "broker_kill",             # SIGKILL of the broker and restart, outside a commit phase
+    "broker_kill_mid_commit",  # SIGKILL of the broker while a commit phase is running
+    "storage_failure",         # the checkpoint storage raises on a read or write
+    "storage_slow",            # the checkpoint storage answers slowly
+    "pause_past_timeout",      # the driver stops for longer than the transaction timeout
+    "two_drivers",             # a second driver started on the same checkpoint
+)
+
+# Every way a batch can end. The long run must reach each at least once.
+OUTCOME_KINDS: tuple[str, ...] = (
+    "committed",               # committed by the first driver, no recovery needed
+    "rolled_forward",          # an intent found open by recovery and committed with its epoch
+    "recognised_committed",    # found committed by the log check, not written again
+    "rewritten",               # lost whole (aborted or timed out) and written again
+    "repaired",                # partly committed; the re-run proved identical by checksum
+    "data_loss_raised",        # partly committed; the re-run differed; DataLossError raised
+    "resolved_by_operator",    # an explicit, recorded operator resolution after DataLossError
+    "fenced",                  # a losing driver or zombie stopped by the log or by a fence
+)
+
+
+@dataclass
+class ScheduleResult:
+    workload: str                      # "core", "spark-streaming" or "spark-batch"
+    seed: int
+    variant: str                       # the broker variant, e.g. "kafka4-tv2"
+    steps: list[str] = field(default_factory=list)          # the schedule as run, human-readable
+    faults: Counter[str] = field(default_factory=Counter)   # FAULT_KINDS -> times injected
+    outcomes: Counter[str] = field(default_factory=Counter)  # OUTCOME_KINDS -> batches
+    recovery_s: list[float] = field(default_factory=list)   # wall time of each recovery
+    expected: int = 0                  # records that must be in the topic exactly once
+    reported_lost: int = 0             # records DataLossError named (not expected)
+    found: int = 0
+    duplicates: int = 0
+    missing: int = 0
+    open_transactions: int = 0
+    stranded_released: int = 0         # commits whose markers a killed broker dropped, released
+    passed: bool = False
+    error: str | None = None           # why it failed (audit or harness), None if it passed
+    seconds: float = 0.0
+
+    def __post_init__(self) -> None:
+        unknown = (set(self.faults) - set(FAULT_KINDS)) | (set(self.outcomes) - set(OUTCOME_KINDS))
+        if unknown:
+            raise ValueError(f"unknown fault or outcome kinds {sorted(unknown)}; "
+                             f"use the names in tests/torture/result.py")
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["faults"], data["outcomes"] = dict(self.faults), dict(self.outcomes)
+        return data
+
+
+def run_to_verdict(result: ScheduleResult, began: float, body: Callable[[], None],
+                   close: Callable[[], None]) -> ScheduleResult:
+    """Run a schedule's `body` (its steps, then the audit, which sets `result.error` on a finding)
+    and fill in the verdict; an exception fails the schedule with its trace, and the long run goes
+    on with the next seed."""
+    try:
+        body()
+        result.passed = result.error is None
+    except Exception as exc:
+        result.error = f"{type(exc).__name__}: {exc}"[:2000]
+        result.steps.append("harness: " + traceback.format_exc()[-1500:])
+        result.passed = False
+    finally:
+        close()
+        result.seconds = time.monotonic() - began
+    return result
