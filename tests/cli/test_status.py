@@ -14,8 +14,10 @@ import pytest
 
 from checkpoint import open_log
 from tests.core.support import ROOT, Scenario
+from twopc.observe import BatchFigures
 from twopc.records import Binding
 from twopc.session import check_binding
+from twopc.spark.journal import Journal, batch_entry
 
 
 def twopc(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
@@ -100,8 +102,22 @@ def test_status_of_a_healthy_log(scenario: Scenario) -> None:
     assert report["healthy"] and report["attention"] == [] and report["pending"] == []
     assert report["batches"][0]["status"] == "committed"
     assert report["batches"][0]["visible_partitions"] == [0, 1, 2, 3]
+    assert report["batches"][0]["figures"] is None  # no journal: the core API keeps none
     text = twopc("status", "--checkpoint", scenario.log_url)
     assert text.returncode == 0 and "status: healthy" in text.stdout
+
+
+@pytest.mark.integration
+def test_status_shows_the_figures_the_spark_journal_kept(scenario: Scenario) -> None:
+    assert scenario.drive("commit", "0", scenario.write("0")).get("ok")
+    fig = BatchFigures("commit", "0", "committed", 8, 4, 4, 37.5, 1200, 60000, 0.02)
+    Journal(scenario.log_url).write_batch("0", batch_entry(scenario.owner_id, fig))
+    code, report = status_json(scenario)
+    assert code == 0, report
+    shown = report["batches"][0]["figures"]
+    assert {k: shown[k] for k in fig.as_dict()} == fig.as_dict() and shown["at_ms"] > 0
+    text = twopc("status", "--checkpoint", scenario.log_url)
+    assert "commit 38 ms, oldest transaction at 2% of its timeout" in text.stdout, text.stdout
 
 
 def _free_port() -> int:

@@ -10,7 +10,7 @@ import argparse
 import json
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -224,7 +224,11 @@ def orphan_txn(d: TransactionDescription, now_ms: int) -> dict[str, Any]:
 
 
 def build_status(view: LogView, control: ControlClient | None, *, batches: int,
-                 warn_ratio: float, now_ms: int) -> dict[str, Any]:
+                 warn_ratio: float, now_ms: int,
+                 figures_of: Callable[[str], dict[str, Any] | None] | None = None
+                 ) -> dict[str, Any]:
+    """`figures_of(batch)`: the figures the Spark sink's journal kept for the batch's commit, if
+    any (twopc/spark/journal.py)."""
     state = view.state
     recent = sorted(state.batches.values(), key=lambda b: b.last_seq)[-batches:] if batches else []
     pending = state.pending
@@ -263,7 +267,8 @@ def build_status(view: LogView, control: ControlClient | None, *, batches: int,
         "last_seq": state.last_seq, "low_water_mark": view.low_water_mark,
         "now_ms": now_ms, "clock_skew_ms": skew,
         "broker_checked": control is not None,
-        "batches": [batch_row(b) for b in recent],
+        "batches": [{**batch_row(b), "figures": figures_of(b.batch) if figures_of else None}
+                    for b in recent],
         "pending": pending_rows, "stuck": stuck, "orphans": orphans,
         "warnings": warnings, "attention": attention + warnings,
         "healthy": not attention and not warnings,
@@ -300,7 +305,9 @@ def _status(args: argparse.Namespace) -> int:
         if args.bootstrap_servers:
             control = ControlClient(config)
         report = build_status(view, control, batches=args.batches, warn_ratio=args.warn_ratio,
-                              now_ms=time.time_ns() // 1_000_000)
+                              now_ms=time.time_ns() // 1_000_000,
+                              figures_of=journal_figures(args.checkpoint,
+                                                         storage_options(args.storage)))
     except UsageError as exc:
         return fail(str(exc))
     except (CheckpointError, InconsistentLog) as exc:
@@ -315,6 +322,28 @@ def _status(args: argparse.Namespace) -> int:
     else:
         print_status(report)
     return 0 if report["healthy"] else 1
+
+
+def journal_figures(url: str, options: dict[str, Any]
+                    ) -> Callable[[str], dict[str, Any] | None]:
+    """A reader of the journal's commit figures; a journal that cannot be read shows none (it is
+    a hint for people, never part of the protocol)."""
+    from twopc.spark.journal import Journal
+
+    try:
+        journal = Journal(url, options)
+    except (OSError, ValueError):
+        return lambda _batch: None
+
+    def figures(batch: str) -> dict[str, Any] | None:
+        try:
+            entry = journal.read_batch(batch)
+        except OSError:
+            return None
+        found = entry.get("figures") if entry else None
+        return {**found, "at_ms": entry["at_ms"]} if isinstance(found, dict) and entry else None
+
+    return figures
 
 
 def _txn_line(t: dict[str, Any]) -> str:
@@ -359,8 +388,13 @@ def print_status(r: dict[str, Any]) -> None:
           f"{b['prefix']!r}; records up to {r['last_seq']} (low-water mark {r['low_water_mark']})")
     print("batches:" if r["batches"] else "batches: none recorded")
     for row in r["batches"]:
+        fig = row.get("figures")
+        extra = "" if not fig else (
+            f"; commit {fig['commit_latency_ms']:.0f} ms" + (
+                f", oldest transaction at {fig['oldest_txn_age_ratio']:.0%} of its timeout"
+                if fig.get("oldest_txn_age_ratio") is not None else ""))
         print(f"  batch {row['batch']:<8} {row['status']:<10} {row['transactions']} transactions, "
-              f"{row['records']} records")
+              f"{row['records']} records{extra}")
     for p in r["pending"]:
         print(f"pending batch {p['batch']} (intent record {p['intent_seq']}): the decision is "
               "commit; `twopc recover` or a restarted query rolls it forward")
