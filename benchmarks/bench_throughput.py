@@ -152,9 +152,13 @@ def produce_plain(bootstrap: str, topic: str, records: Sequence[tuple[bytes, byt
     return sw.seconds
 
 
+# kafka2pc options given on the command line (--option KEY=VALUE), e.g. producer settings to try.
+EXTRA_OPTIONS: dict[str, str] = {}
+
+
 def twopc_options(bootstrap: str, topic: str, workdir: Path, timeout_ms: int) -> dict[str, str]:
     tag = uuid.uuid4().hex[:10]
-    return {
+    return EXTRA_OPTIONS | {
         "kafka.bootstrap.servers": bootstrap,
         "topic": topic,
         "twopc.checkpoint": (workdir / f"twopc-{tag}").as_uri(),
@@ -379,12 +383,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--master", default="local[*]")
     ap.add_argument("--txn-timeout-ms", type=int, default=120_000)
     ap.add_argument("--no-audit", action="store_true", help="skip the audit of twopc's topics")
+    ap.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                    help="an extra kafka2pc option (repeatable), e.g. kafka.linger.ms=20")
     ap.add_argument("--profile", action="store_true",
                     help="also cProfile twopc's executor path on one partition's rows")
     ap.add_argument("--name", default="throughput", help="results file name (without .json)")
     ap.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
     ap.add_argument("--replot", type=Path, help="only draw the plot of an earlier results file")
     args = ap.parse_args(argv)
+    for item in args.option:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            ap.error(f"--option {item!r} is not KEY=VALUE")
+        EXTRA_OPTIONS[key] = value
     if args.replot:
         return replot(args.replot)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
