@@ -23,8 +23,6 @@ from typing import Any
 
 BENCH_DIR = Path(__file__).resolve().parent
 RESULTS_DIR = BENCH_DIR / "results"
-POM = BENCH_DIR / "pom.xml"
-SPARK_KAFKA_JARS_ENV = "TWOPC_SPARK_KAFKA_JARS"
 
 
 class SparkKafkaUnavailable(RuntimeError):
@@ -122,51 +120,24 @@ def spark_session(app: str, *, master: str = "local[*]", jars: Sequence[str] = (
     return session
 
 
-def spark_kafka_jars(spark_version: str | None = None) -> tuple[list[str], str]:
-    """The jars of Spark's built-in Kafka sink and where they came from.
+def spark_kafka_jars() -> tuple[list[str], str]:
+    """The jars of Spark's built-in Kafka sink and where they came from: the demo's resolver
+    (`twopc.broker.artifacts.spark_kafka_jars`), so that both compare with the same package."""
+    from twopc.broker.artifacts import SPARK_KAFKA_JARS_ENV, SPARK_KAFKA_VERSION_ENV
+    from twopc.broker.artifacts import spark_kafka_jars as resolve
+    from twopc.broker.errors import BrokerSetupError
 
-    `TWOPC_SPARK_KAFKA_JARS` (a directory of jars, or a comma-separated list) wins; otherwise Maven
-    resolves `org.apache.spark:spark-sql-kafka-0-10_2.13:<pyspark's version>` (benchmarks/pom.xml)
-    once into the twopc cache, as the embedded broker does for Kafka.
-    """
+    try:
+        jars = resolve()
+    except BrokerSetupError as exc:
+        raise SparkKafkaUnavailable(str(exc)) from exc
     given = os.environ.get(SPARK_KAFKA_JARS_ENV)
     if given:
-        path = Path(given)
-        jars = sorted(str(p) for p in path.glob("*.jar")) if path.is_dir() else given.split(",")
-        if not jars:
-            raise SparkKafkaUnavailable(f"{SPARK_KAFKA_JARS_ENV}={given} names no jar")
         return jars, f"{SPARK_KAFKA_JARS_ENV}={given}"
     import pyspark
 
-    from twopc.broker.artifacts import cache_root
-
-    version = spark_version or pyspark.__version__
-    lib = cache_root() / "spark-sql-kafka" / version / "lib"
-    done = lib.parent / ".complete"
-    if not done.exists():
-        _resolve_spark_kafka(version, lib)
-        done.write_text(version)
-    return sorted(str(p) for p in lib.glob("*.jar")), f"Maven Central (spark-sql-kafka {version})"
-
-
-def _resolve_spark_kafka(version: str, lib: Path) -> None:
-    mvn = shutil.which("mvn")
-    if mvn is None:
-        raise SparkKafkaUnavailable("Maven ('mvn') is not on PATH: it fetches Spark's Kafka package "
-                                    f"once; or set {SPARK_KAFKA_JARS_ENV} to a directory of its jars")
-    if lib.exists():
-        shutil.rmtree(lib)
-    cmd = [mvn, "-q", "-B", "-f", str(POM), "dependency:copy-dependencies",
-           f"-Dspark.version={version}", "-DincludeScope=runtime", f"-DoutputDirectory={lib}",
-           f"-Dproject.build.directory={lib.parent / 'target'}"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if proc.returncode != 0 or not any(lib.glob("spark-sql-kafka-0-10_2.13-*.jar")):
-        errors = [line for line in (proc.stdout + proc.stderr).splitlines() if "ERROR" in line]
-        raise SparkKafkaUnavailable(
-            f"Maven could not resolve org.apache.spark:spark-sql-kafka-0-10_2.13:{version} and its "
-            f"dependencies (exit {proc.returncode}): {' '.join(errors[:2])[:800]}. Set "
-            f"{SPARK_KAFKA_JARS_ENV} to a directory holding spark-sql-kafka-0-10, "
-            "spark-token-provider-kafka-0-10, kafka-clients and commons-pool2 jars")
+    version = os.environ.get(SPARK_KAFKA_VERSION_ENV) or pyspark.__version__
+    return jars, f"Maven Central (spark-sql-kafka {version}, pyspark {pyspark.__version__})"
 
 
 # --- statistics ------------------------------------------------------------------------------------

@@ -176,7 +176,7 @@ def test_sigkill_mid_commit_can_complete_the_commit_without_its_markers(
         assert fenced.error is None and fenced.producer_id == stuck.producer_id, fenced
     offsets = partition_offsets(broker.config(), stuck.topic)
     assert all(offsets[p] == lso_hw for p, lso_hw in stuck.stuck.items()), (offsets, stuck.stuck)
-    report = audit_topic(broker.config(), stuck.topic, expected_ids=stuck.ids)
+    report = audit_topic(broker.config(), stuck.topic, expected_ids=stuck.ids, settle_s=0)
     assert report.lagging and not report.passed, report.summary()
 
 

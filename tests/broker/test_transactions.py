@@ -65,7 +65,7 @@ def test_open_transaction_holds_back_the_last_stable_offset(
     assert hw > lso
 
     # Nothing of the open transaction is readable while it is open.
-    report = audit_topic(broker.config(), topic, expected_ids=_ids("c-", 5))
+    report = audit_topic(broker.config(), topic, expected_ids=_ids("c-", 5), settle_s=0)
     assert not report.missing and not report.duplicates
     assert report.records == 5
     assert report.lagging, "the audit must flag a partition held back by an open transaction"

@@ -91,7 +91,7 @@ def test_precommitted_write_survives_the_drop_and_commits_exactly_once(
         control.topic_ids([topic]).values())
     assert h.writer_clock_ms >= h.start_ms - 60_000
     assert WriteResult.from_obj(result.to_obj()) == result
-    assert audit_topic(broker.config(), topic).records == 0  # pre-committed: not visible yet
+    assert audit_topic(broker.config(), topic, settle_s=0).records == 0  # pre-committed: not visible yet
 
     outcome = control.end_txns([EndTxnRequest(h.transactional_id, h.producer_id, h.epoch, True)])
     assert outcome[h.transactional_id].committed

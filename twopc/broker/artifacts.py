@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -21,6 +22,8 @@ POM = Path(__file__).with_name("pom.xml")
 # Spark's built-in Kafka sink, for the demo's and the benchmarks' at-least-once comparison.
 SPARK_KAFKA_POM = Path(__file__).with_name("spark-kafka-pom.xml")
 SPARK_KAFKA_JARS_ENV = "TWOPC_SPARK_KAFKA_JARS"
+SPARK_KAFKA_VERSION_ENV = "TWOPC_SPARK_KAFKA_VERSION"
+_JAR_NAME = re.compile(r"^(.+?)-(\d+(?:\.\d+)+(?:[-.][A-Za-z0-9]+)*)\.jar$")
 
 
 def cache_root() -> Path:
@@ -51,11 +54,13 @@ def kafka_classpath(kafka_version: str) -> str:
 
 
 def spark_kafka_jars(spark_version: str | None = None) -> list[str]:
-    """The jars of Spark's built-in Kafka sink (`org.apache.spark:spark-sql-kafka-0-10_2.13` at
-    pyspark's version, and its runtime dependencies), for `spark.jars`.
+    """The jars of Spark's built-in Kafka sink (`org.apache.spark:spark-sql-kafka-0-10_2.13` and its
+    runtime dependencies) that pyspark does not already ship, for `spark.jars`.
 
     `TWOPC_SPARK_KAFKA_JARS` (a directory of jars, or a comma-separated list of jars) wins: for a
-    Spark release whose Kafka package is not on Maven Central, or a machine without Maven.
+    machine without Maven. Otherwise the package is resolved from Maven Central at
+    `TWOPC_SPARK_KAFKA_VERSION`, or else at pyspark's own version: the override is for a pyspark
+    release whose Kafka package is not (yet) published there.
     """
     given = os.environ.get(SPARK_KAFKA_JARS_ENV)
     if given:
@@ -64,20 +69,30 @@ def spark_kafka_jars(spark_version: str | None = None) -> list[str]:
         if not jars or not all(Path(j).is_file() for j in jars):
             raise BrokerSetupError(f"{SPARK_KAFKA_JARS_ENV}={given} names no jar, or a missing one")
         return jars
-    if spark_version is None:
-        import pyspark
+    import pyspark
 
-        spark_version = pyspark.__version__
-    lib = cache_root() / "spark-sql-kafka" / spark_version / "lib"
+    version = spark_version or os.environ.get(SPARK_KAFKA_VERSION_ENV) or pyspark.__version__
+    lib = cache_root() / "spark-sql-kafka" / version / "lib"
     resolve_jars(
-        SPARK_KAFKA_POM, lib, {"spark.version": spark_version},
+        SPARK_KAFKA_POM, lib, {"spark.version": version},
         expect="spark-sql-kafka-0-10_2.13-*.jar",
-        what=f"Spark's Kafka package (org.apache.spark:spark-sql-kafka-0-10_2.13:{spark_version})",
-        hint=f"Is it published on Maven Central for Spark {spark_version}? Otherwise set "
+        what=f"Spark's Kafka package (org.apache.spark:spark-sql-kafka-0-10_2.13:{version})",
+        hint=f"Is it published on Maven Central? If not, set {SPARK_KAFKA_VERSION_ENV} to a published "
+        f"version of the same major release (pyspark is {pyspark.__version__}), or "
         f"{SPARK_KAFKA_JARS_ENV} to a directory holding the spark-sql-kafka-0-10, "
         "spark-token-provider-kafka-0-10, kafka-clients and commons-pool2 jars that fit this Spark.",
     )
-    return sorted(str(p) for p in lib.glob("*.jar"))
+    # The package's pom also names Spark's own dependencies (scala-library, spark-tags, hadoop
+    # client, ...) at its version: pyspark ships those already, and a second, older copy on the
+    # classpath could shadow them.
+    shipped = {_artifact_of(j.name) for j in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
+    return sorted(str(p) for p in lib.glob("*.jar") if _artifact_of(p.name) not in shipped)
+
+
+def _artifact_of(jar_name: str) -> str:
+    """`kafka-clients-3.9.2.jar` -> `kafka-clients` (a version has a dot: `kafka-0-10_2.13` is a name)."""
+    match = _JAR_NAME.match(jar_name)
+    return match.group(1) if match else jar_name
 
 
 def resolve_jars(pom: Path, lib: Path, properties: dict[str, str], *, expect: str, what: str,

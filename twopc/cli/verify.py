@@ -37,6 +37,9 @@ def register(sub: Any) -> None:
     p.add_argument("--id-format", default=None, metavar="FMT",
                    help="with --expect N: ids are FMT.format(i) for i in range(N), e.g. 'r-{}'")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds to read the topic (default 300)")
+    p.add_argument("--settle", type=float, default=30.0, metavar="SECONDS",
+                   help="first wait up to this long for open transactions to end: commit markers "
+                        "are written just after a commit returns (default 30; 0: as it is now)")
     p.add_argument("-X", dest="extra", action="append", default=[], metavar="KEY=VALUE",
                    help="extra librdkafka consumer settings (security.protocol=SSL, ...)")
     p.add_argument("--json", action="store_true")
@@ -65,7 +68,7 @@ def _verify(args: argparse.Namespace) -> int:
         expected = [args.id_format.format(i) for i in range(args.expect)]
     try:
         report = audit_topic(config, args.topic, expected_ids=expected, id_of=id_of,
-                             timeout_s=args.timeout)
+                             timeout_s=args.timeout, settle_s=args.settle)
     except (KafkaException, TimeoutError) as exc:
         return fail(f"could not read {args.topic}: {exc}")
     count_mismatch = (

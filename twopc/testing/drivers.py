@@ -13,16 +13,22 @@ import json
 import os
 import signal
 import subprocess
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO
+
+_last_mtime_ns = 0
 
 
 def write_json_files(directory: Path, files: int, per_file: int, tag: str, first: int = 0) -> list[str]:
     """Files f000.json ... of `per_file` lines {"value": "<tag>-<file>-<row>"}; returns the ids.
 
-    Each file is renamed into place whole: a file source must never list a half-written file.
+    Each file is renamed into place whole: a file source must never list a half-written file. Each
+    gets a later modification time than the one before: Spark's file source takes files in that
+    order (ties in directory-listing order), and the tests count on batch i reading file i.
     """
+    global _last_mtime_ns
     directory.mkdir(parents=True, exist_ok=True)
     ids: list[str] = []
     for f in range(first, first + files):
@@ -33,6 +39,9 @@ def write_json_files(directory: Path, files: int, per_file: int, tag: str, first
             lines.append(json.dumps({"value": rid}))
         tmp = directory / f".f{f:03d}.json.tmp"
         tmp.write_text("\n".join(lines) + "\n")
+        # Spark reads modification times in milliseconds: step by at least one.
+        _last_mtime_ns = max(time.time_ns(), _last_mtime_ns + 1_000_000)
+        os.utime(tmp, ns=(_last_mtime_ns, _last_mtime_ns))
         tmp.rename(directory / f"f{f:03d}.json")
     return ids
 
