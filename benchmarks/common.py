@@ -123,21 +123,14 @@ def spark_session(app: str, *, master: str = "local[*]", jars: Sequence[str] = (
 def spark_kafka_jars() -> tuple[list[str], str]:
     """The jars of Spark's built-in Kafka sink and where they came from: the demo's resolver
     (`twopc.broker.artifacts.spark_kafka_jars`), so that both compare with the same package."""
-    from twopc.broker.artifacts import SPARK_KAFKA_JARS_ENV, SPARK_KAFKA_VERSION_ENV
     from twopc.broker.artifacts import spark_kafka_jars as resolve
+    from twopc.broker.artifacts import spark_kafka_source
     from twopc.broker.errors import BrokerSetupError
 
     try:
-        jars = resolve()
+        return resolve(), spark_kafka_source()
     except BrokerSetupError as exc:
         raise SparkKafkaUnavailable(str(exc)) from exc
-    given = os.environ.get(SPARK_KAFKA_JARS_ENV)
-    if given:
-        return jars, f"{SPARK_KAFKA_JARS_ENV}={given}"
-    import pyspark
-
-    version = os.environ.get(SPARK_KAFKA_VERSION_ENV) or pyspark.__version__
-    return jars, f"Maven Central (spark-sql-kafka {version}, pyspark {pyspark.__version__})"
 
 
 # --- statistics ------------------------------------------------------------------------------------

@@ -53,7 +53,24 @@ def kafka_classpath(kafka_version: str) -> str:
     return str(lib / "*")
 
 
-def spark_kafka_jars(spark_version: str | None = None) -> list[str]:
+def spark_kafka_version() -> str:
+    """The version of Spark's Kafka package to resolve: `TWOPC_SPARK_KAFKA_VERSION`, else pyspark's."""
+    import pyspark
+
+    return os.environ.get(SPARK_KAFKA_VERSION_ENV) or pyspark.__version__
+
+
+def spark_kafka_source() -> str:
+    """Where `spark_kafka_jars` takes the jars from, for reports."""
+    import pyspark
+
+    given = os.environ.get(SPARK_KAFKA_JARS_ENV)
+    if given:
+        return f"{SPARK_KAFKA_JARS_ENV}={given}"
+    return f"Maven Central (spark-sql-kafka {spark_kafka_version()}, pyspark {pyspark.__version__})"
+
+
+def spark_kafka_jars() -> list[str]:
     """The jars of Spark's built-in Kafka sink (`org.apache.spark:spark-sql-kafka-0-10_2.13` and its
     runtime dependencies) that pyspark does not already ship, for `spark.jars`.
 
@@ -71,7 +88,7 @@ def spark_kafka_jars(spark_version: str | None = None) -> list[str]:
         return jars
     import pyspark
 
-    version = spark_version or os.environ.get(SPARK_KAFKA_VERSION_ENV) or pyspark.__version__
+    version = spark_kafka_version()
     lib = cache_root() / "spark-sql-kafka" / version / "lib"
     resolve_jars(
         SPARK_KAFKA_POM, lib, {"spark.version": version},
