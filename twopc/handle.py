@@ -17,12 +17,15 @@ class HandleFormatError(ValueError):
 
 @dataclass(frozen=True)
 class PartitionSpan:
-    """The records one transaction wrote to one Kafka partition (offsets from delivery reports)."""
+    """The records one transaction wrote to one Kafka partition: the offset of its first record and
+    how many (from the partition leader: twopc/spans.py). `last_offset` is None: the leader does not
+    tell it, and the writer takes no delivery report per record; logs written by earlier versions
+    carry it."""
 
     topic: str
     partition: int
     first_offset: int
-    last_offset: int
+    last_offset: int | None
     record_count: int
     topic_id: str | None = None  # the topic's id at write time: a re-created topic is not ours
 
@@ -44,7 +47,7 @@ class PartitionSpan:
                 str(topic),
                 int(partition),
                 int(first),
-                int(last),
+                None if last is None else int(last),
                 int(count),
                 None if topic_id is None else str(topic_id),
             )

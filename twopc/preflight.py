@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from enum import Enum
 from typing import Any
 
+from confluent_kafka import KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient, ConfigResource
 
 from twopc.control import ControlClient, ControlError
@@ -107,26 +108,41 @@ def _topic(admin: AdminClient, topic: str) -> list[CheckItem]:
         return [CheckItem("topic", Status.FAIL, f"topic {topic!r}: {tm.error if tm else 'not found'}",
                           "create the topic first (twopc does not auto-create topics)")]
     rf = min(len(p.replicas) for p in tm.partitions.values())
-    res = ConfigResource(ConfigResource.Type.TOPIC, topic)
-    min_isr = int(admin.describe_configs([res])[res].result(15)["min.insync.replicas"].value)
     items = [CheckItem("topic", Status.OK, f"{topic}: {len(tm.partitions)} partitions")]
-    if rf >= 3 and min_isr >= 2:
-        items.append(CheckItem("durability", Status.OK, f"replication {rf}, min.insync.replicas {min_isr}"))
-    else:
+    res = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    try:
+        min_isr = int(admin.describe_configs([res])[res].result(15)["min.insync.replicas"].value)
+    except KafkaException as exc:  # DescribeConfigs on the topic is optional: say so, go on
         items.append(CheckItem(
-            "durability", Status.WARN, f"replication {rf}, min.insync.replicas {min_isr}",
-            "a committed transaction is only as durable as its replicas: use replication >= 3 and "
+            "durability", Status.WARN, f"replication {rf}, min.insync.replicas not readable: {exc}",
+            "grant DescribeConfigs on the topic to see it here; use replication >= 3 and "
             "min.insync.replicas >= 2 in production"))
-    from confluent_kafka import TopicCollection
+    else:
+        items.append(_durability(rf, min_isr))
+    items.append(_topic_acls(admin, topic))
+    return items
 
+
+def _durability(rf: int, min_isr: int) -> CheckItem:
+    if rf >= 3 and min_isr >= 2:
+        return CheckItem("durability", Status.OK, f"replication {rf}, min.insync.replicas {min_isr}")
+    return CheckItem(
+        "durability", Status.WARN, f"replication {rf}, min.insync.replicas {min_isr}",
+        "a committed transaction is only as durable as its replicas: use replication >= 3 and "
+        "min.insync.replicas >= 2 in production")
+
+
+def _topic_acls(admin: AdminClient, topic: str) -> CheckItem:
     desc = admin.describe_topics(TopicCollection([topic]), include_authorized_operations=True)[topic]
     ops = {op.name for op in (desc.result(15).authorized_operations or [])}
-    lacking = [op for op in ("WRITE", "DESCRIBE") if op not in ops and "ALL" not in ops]
-    items.append(CheckItem(
-        "topic ACLs", Status.FAIL if lacking else Status.OK,
-        f"authorized: {', '.join(sorted(ops)) or 'nothing'}",
-        f"grant {' and '.join(lacking)} on topic {topic} to this principal" if lacking else ""))
-    return items
+    # READ: the writer's DescribeProducers after its flush, and recovery's log check (Fetch).
+    lacking = [op for op in ("WRITE", "DESCRIBE", "READ") if op not in ops and "ALL" not in ops]
+    if not lacking:
+        return CheckItem("topic ACLs", Status.OK, f"authorized: {', '.join(sorted(ops))}")
+    why = (" (READ: the writer asks the leaders what its transaction wrote there, and recovery "
+           "reads the log)" if "READ" in lacking else "")
+    return CheckItem("topic ACLs", Status.FAIL, f"authorized: {', '.join(sorted(ops)) or 'nothing'}",
+                     f"grant {' and '.join(lacking)} on topic {topic} to this principal{why}")
 
 
 def _transactional_id_acl(control: ControlClient, prefix: str) -> list[CheckItem]:

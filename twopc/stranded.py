@@ -224,14 +224,9 @@ def _observe(control: ControlClient, suspects: Sequence[tuple[str, Handle]], wai
         spans = {(s.topic, s.partition): s for _, h in suspects for s in h.spans}
         lso = control.last_stable_offsets(sorted(spans))
         held = sorted(tp for tp, s in spans.items() if tp in lso and lso[tp] <= s.first_offset)
-        open_at: dict[TopicPartition, list[tuple[int, int]]] = {}
-        by_topic: dict[str, list[int]] = {}
-        for topic, p in held:
-            by_topic.setdefault(topic, []).append(p)
-        for topic, parts in by_topic.items():
-            for state in control.describe_producers(topic, parts):
-                open_at[(topic, state.partition)] = [
-                    (a.producer_id, a.current_txn_start_offset) for a in state.producers]
+        open_at: dict[TopicPartition, list[tuple[int, int]]] = {
+            tp: [(a.producer_id, a.current_txn_start_offset) for a in state.producers]
+            for tp, state in (control.describe_producers(held).items() if held else ())}
         verdicts: dict[tuple[str, int, int], StrandedVerdict] = {}
         stuck: dict[tuple[str, int, int], list[PartitionSpan]] = {}
         for _, h in suspects:

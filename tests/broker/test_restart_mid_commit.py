@@ -162,8 +162,8 @@ def test_sigkill_mid_commit_can_complete_the_commit_without_its_markers(
         described = control.describe_transactions([stuck.transactional_id])[stuck.transactional_id]
         assert described.state is TxnState.COMPLETE_COMMIT and described.partitions == ()
         # The data partitions still hold the transaction open, from its first record.
-        states = control.describe_producers(stuck.topic, sorted(stuck.stuck))
-        for state in states:
+        states = control.describe_producers([(stuck.topic, p) for p in sorted(stuck.stuck)])
+        for state in states.values():
             open_txns = [p for p in state.producers if p.producer_id == stuck.producer_id]
             assert [p.current_txn_start_offset for p in open_txns] == \
                 [stuck.first_offsets[state.partition]], state

@@ -72,3 +72,73 @@ def test_check_fails_without_acls(acl_broker: LocalKafka) -> None:
     acl_items = [i for i in report["items"] if "ACL" in i["name"] or i["name"] == "topic"]
     assert any(i["status"] == "FAIL" for i in acl_items), report
     assert _status(report, "transactional id ACLs") == "FAIL"
+
+
+ALICE = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-256",
+         "sasl.username": "alice", "sasl.password": "alice-secret"}
+
+
+def test_the_writer_needs_read_on_the_topic_and_check_says_so(acl_broker: LocalKafka) -> None:
+    """WRITE and DESCRIBE on the topic and the transactional ids are not enough: the writer asks
+    the leaders (DescribeProducers, READ) what its transaction wrote. Without READ, `check` fails
+    and names it, and a write fails with SpanError, its transaction aborted, nothing visible."""
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        AdminClient,
+        NewTopic,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    from twopc.audit import audit_topic
+    from twopc.control import ControlClient, TxnState
+    from twopc.rows import Row
+    from twopc.writer import SpanError, write_partition
+
+    admin_config = {"bootstrap.servers": acl_broker.bootstrap_servers}  # ANONYMOUS: a super user
+    admin = AdminClient(admin_config)
+    admin.create_topics([NewTopic("guarded", 2, 1)])["guarded"].result(30)
+
+    def grant(kind: ResourceType, name: str, pattern: ResourcePatternType,
+              *ops: AclOperation) -> None:
+        bindings = [AclBinding(kind, name, pattern, "User:alice", "*", op, AclPermissionType.ALLOW)
+                    for op in ops]
+        for future in admin.create_acls(bindings).values():
+            future.result(30)
+
+    grant(ResourceType.TRANSACTIONAL_ID, "guard", ResourcePatternType.PREFIXED,
+          AclOperation.WRITE, AclOperation.DESCRIBE)
+    grant(ResourceType.TOPIC, "guarded", ResourcePatternType.LITERAL,
+          AclOperation.WRITE, AclOperation.DESCRIBE)
+    alice_args = [arg for k, v in ALICE.items() for arg in ("-X", f"{k}={v}")]
+    sasl = acl_broker.sasl_bootstrap_servers
+
+    code, report = _check(sasl, "--topic", "guarded", "--prefix", "guard", *alice_args)
+    topic_acls = next(i for i in report["items"] if i["name"] == "topic ACLs")
+    assert code == 1 and topic_acls["status"] == "FAIL", report
+    assert "grant READ on topic guarded" in topic_acls["fix"], topic_acls
+    assert _status(report, "transactional id ACLs") == "OK"
+
+    config = {"bootstrap.servers": sasl, **ALICE}
+    rows = [Row(f"r-{i}".encode()) for i in range(50)]
+
+    def write(tid: str) -> object:
+        return write_partition(config, tid, rows, batch="1", task_partition=0, attempt=0,
+                               default_topic="guarded", transaction_timeout_ms=60_000)
+
+    with pytest.raises(SpanError, match="grant READ on topic guarded"):
+        write("guard-0-0")
+    with ControlClient(admin_config) as control:
+        assert control.describe_transactions(["guard-0-0"])["guard-0-0"].state in (
+            TxnState.PREPARE_ABORT, TxnState.COMPLETE_ABORT)
+    denied = audit_topic(admin_config, "guarded")
+    assert denied.records == 0 and denied.passed, denied.summary()
+
+    grant(ResourceType.TOPIC, "guarded", ResourcePatternType.LITERAL, AclOperation.READ)
+    code, report = _check(sasl, "--topic", "guarded", "--prefix", "guard", *alice_args)
+    assert _status(report, "topic ACLs") == "OK", report
+    result = write("guard-0-1")
+    assert result.rows == len(rows) and result.handle is not None
+    assert sum(s.record_count for s in result.handle.spans) == len(rows)

@@ -20,7 +20,7 @@ def handles(draw: st.DrawFn, partition: int | None = None) -> Handle:
         producer_id=draw(st.integers(0, 3)),
         epoch=draw(st.integers(0, 3)),
         spans=(PartitionSpan(draw(st.sampled_from(["a", "b"])), draw(st.integers(0, 3)), first,
-                             first + n - 1, n, None),),
+                             draw(st.sampled_from([first + n - 1, None])), n, None),),
         record_count=n,
         checksum=draw(st.sampled_from(["c0", "c1", "c2"])),
         start_ms=start,

@@ -368,8 +368,8 @@ def print_stuck(s: dict[str, Any]) -> None:
         print(f"    visible: Spark partition {row['task_partition']}: {row['records']} records "
               f"({row['transactional_id']})")
     for row in s["lost"]:
-        where = ", ".join(f"{p['topic']}[{p['partition']}] offsets {p['first_offset']}-"
-                          f"{p['last_offset']}" for p in row["partitions"])
+        where = ", ".join(f"{p['topic']}[{p['partition']}] {p['records']} records from offset "
+                          f"{p['first_offset']}" for p in row["partitions"])
         print(f"    LOST: Spark partition {row['task_partition']}: {row['records']} records "
               f"({row['transactional_id']}; aborted at {where})")
     for row in s["undecided"]:

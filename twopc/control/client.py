@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import uuid
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypeVar
@@ -431,28 +431,40 @@ class ControlClient:
         return self._call(self._last_stable(sorted(set(partitions))))
 
     async def _last_stable(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
-        out: dict[tuple[str, int], int] = {}
+        answers = await self._by_leader(partitions, ApiKey.LIST_OFFSETS,
+                                        m.encode_list_offsets_latest, m.decode_list_offsets_all)
+        return {tp: offset for tp, (code, offset) in answers.items()
+                if code == 0 and offset is not None}
+
+    async def _by_leader(self, partitions: list[tuple[str, int]], api: ApiKey,
+                         encode: Callable[[int, list[tuple[str, int]]], bytes],
+                         decode: Callable[[int, Any], Mapping[tuple[str, int], tuple[int, T]]],
+                         ) -> dict[tuple[str, int], tuple[int, T | None]]:
+        """Ask each partition's leader, one request per leader. A partition whose leader moved or
+        could not be reached is asked again (within the retry settings); each partition gets its
+        last (error code, answer), the answer None when no leader answered for it."""
+        out: dict[tuple[str, int], tuple[int, T | None]] = {}
         todo = partitions
         backoff = Backoff(self._settings)
+        network = e.ERROR_CODES["NETWORK_EXCEPTION"]
         while todo:
             by_node: dict[int, list[tuple[str, int]]] = {}
             for tp in todo:
                 by_node.setdefault(await self._cluster.leader(*tp), []).append(tp)
             retry: list[tuple[str, int]] = []
             for node, tps in by_node.items():
+                answers: Mapping[tuple[str, int], tuple[int, T]]
                 try:
                     conn = await self._cluster.connection(node)
-                    version = conn.version(ApiKey.LIST_OFFSETS)
-                    answers = m.decode_list_offsets_all(version, await conn.request(
-                        ApiKey.LIST_OFFSETS, version, m.encode_list_offsets_latest(version, tps)))
+                    version = conn.version(api)
+                    answers = decode(version, await conn.request(api, version, encode(version, tps)))
                 except BrokerConnectionError:
                     self._cluster.drop_node(node)
                     answers = {}
                 for tp in tps:
-                    code, offset = answers.get(tp, (e.ERROR_CODES["NETWORK_EXCEPTION"], -1))
-                    if code == 0:
-                        out[tp] = offset
-                    elif code in e.LEADER_RETRIABLE or code == e.ERROR_CODES["NETWORK_EXCEPTION"]:
+                    code, answer = answers.get(tp, (network, None))
+                    out[tp] = (code, answer)
+                    if code in e.LEADER_RETRIABLE or code == network:
                         self._cluster.forget_leader(*tp)
                         retry.append(tp)
             todo = retry
@@ -480,22 +492,24 @@ class ControlClient:
                                      uuid.UUID(topic_id) if topic_id else None)
         return decide(probe, producer_id, epoch)
 
-    def describe_producers(self, topic: str, partitions: Sequence[int]) -> list[m.ProducerState]:
+    def describe_producers(self, partitions: Sequence[tuple[str, int]]
+                           ) -> dict[tuple[str, int], m.ProducerState]:
         """The active producers of each partition, with the start offset of their open transaction
-        (which names who holds the last stable offset back)."""
-        async def run() -> list[m.ProducerState]:
-            by_node: dict[int, list[int]] = {}
-            for p in partitions:
-                by_node.setdefault(await self._cluster.leader(topic, p), []).append(p)
-            out: list[m.ProducerState] = []
-            for node, parts in by_node.items():
-                conn = await self._cluster.connection(node)
-                version = conn.version(ApiKey.DESCRIBE_PRODUCERS)
-                out += m.decode_describe_producers(version, await conn.request(
-                    ApiKey.DESCRIBE_PRODUCERS, version,
-                    m.encode_describe_producers(version, topic, parts)))
-            return sorted(out, key=lambda s: s.partition)
-        return self._call(run())
+        (which names who holds the last stable offset back) and their last sequence number; one
+        request per leader. A partition whose leader still answers an error once the retries are
+        spent is returned with that error."""
+        return self._call(self._describe_producers(sorted(set(partitions))))
+
+    async def _describe_producers(self, partitions: list[tuple[str, int]]
+                                  ) -> dict[tuple[str, int], m.ProducerState]:
+        def decode(version: int, r: Any) -> dict[tuple[str, int], tuple[int, m.ProducerState]]:
+            return {(s.topic, s.partition): (s.error_code, s)
+                    for s in m.decode_describe_producers(version, r)}
+
+        answers = await self._by_leader(partitions, ApiKey.DESCRIBE_PRODUCERS,
+                                        m.encode_describe_producers, decode)
+        return {tp: state if state is not None else m.ProducerState(*tp, code, None, ())
+                for tp, (code, state) in answers.items()}
 
 
 def _raise(exc: KafkaApiError) -> Any:

@@ -606,11 +606,15 @@ class ProducerState:
     producers: tuple[ActiveProducer, ...]
 
 
-def encode_describe_producers(version: int, topic: str, partitions: Sequence[int]) -> bytes:
-    def one(tw: Writer, name: str) -> None:
-        tw.string(name).array(list(partitions), Writer.int32).tags()
+def encode_describe_producers(version: int, partitions: Sequence[tuple[str, int]]) -> bytes:
+    by_topic: dict[str, list[int]] = {}
+    for topic, index in partitions:
+        by_topic.setdefault(topic, []).append(index)
 
-    return Writer(True).array([topic], one).tags().getvalue()
+    def one(tw: Writer, name: str) -> None:
+        tw.string(name).array(by_topic[name], Writer.int32).tags()
+
+    return Writer(True).array(list(by_topic), one).tags().getvalue()
 
 
 def decode_describe_producers(version: int, r: Reader) -> list[ProducerState]:
