@@ -37,10 +37,6 @@ class SpanReading:
     def record_count(self) -> int:
         return sum(s.record_count for s in self.spans)
 
-    @property
-    def complete(self) -> bool:
-        return not self.unreadable and not self.not_open
-
 
 def read_spans(partitions: Sequence[TopicPartition],
                states: Mapping[TopicPartition, ProducerState], producer_id: int, epoch: int,

@@ -26,7 +26,7 @@ def test_each_partition_gives_its_first_offset_and_count() -> None:
     states = {("a", 0): _state("a", 0, _ours(7, 9), _ours(3, 0, pid=5)),
               ("b", 1): _state("b", 1, _ours(0, 0))}
     reading = read_spans([("b", 1), ("a", 0)], states, PID, EPOCH, TOPIC_IDS)
-    assert reading.complete and reading.record_count == 11
+    assert not reading.unreadable and not reading.not_open and reading.record_count == 11
     assert [(s.topic, s.partition, s.first_offset, s.last_offset, s.record_count, s.topic_id)
             for s in reading.spans] == [("a", 0, 7, None, 10, "id-a"), ("b", 1, 0, None, 1, None)]
 
@@ -36,7 +36,7 @@ def test_an_error_or_a_missing_answer_is_unreadable() -> None:
     states = {("a", 0): _state("a", 0, error=denied)}
     reading = read_spans([("a", 0), ("a", 1)], states, PID, EPOCH, TOPIC_IDS)
     assert reading.unreadable == ((("a", 0), "TOPIC_AUTHORIZATION_FAILED"), (("a", 1), "no answer"))
-    assert not reading.spans and not reading.complete
+    assert not reading.spans and reading.unreadable
 
 
 def test_another_epoch_or_no_open_transaction_is_not_ours() -> None:
