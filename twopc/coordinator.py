@@ -56,6 +56,14 @@ from twopc.records import (
 )
 from twopc.recovery import RecoveryReport, settle
 from twopc.session import Session, check_binding
+from twopc.source_offsets import (
+    SourceOffsets,
+    SourceOffsetsRefused,
+    attach,
+    carrier_of,
+    commit_plain,
+    needs_offsets,
+)
 from twopc.stranded import StrandedReport, release_stranded_commits
 
 OWNER_KINDS = ("query", "job")
@@ -124,10 +132,13 @@ class Coordinator:
             return True
         return Session(self.log).state.batch(batch).status is BatchStatus.COMMITTED
 
-    def commit(self, batch: str, results: Sequence[WriteResult | None]) -> CommitReport:
+    def commit(self, batch: str, results: Sequence[WriteResult | None],
+               offsets: SourceOffsets | None = None) -> CommitReport:
+        """Commit `batch`; with `offsets`, its source offsets too, inside its transactions
+        (source_offsets.py)."""
         began = time.monotonic()
         try:
-            report = self._commit(batch, results)
+            report = self._commit(batch, results, offsets)
         except TwopcError as exc:
             self._observe("commit", batch, type(exc).__name__, results, 0, began)
             raise
@@ -135,7 +146,8 @@ class Coordinator:
                                        len(report.committed), began)
         return report
 
-    def _commit(self, batch: str, results: Sequence[WriteResult | None]) -> CommitReport:
+    def _commit(self, batch: str, results: Sequence[WriteResult | None],
+                offsets: SourceOffsets | None) -> CommitReport:
         handles, skipped = _handles_of(batch, results, allow_failed=False)
         self.bind()
         session = Session(self.log)
@@ -166,7 +178,10 @@ class Coordinator:
                 raise DataLossError(batch, plan.losses)
             dups = self._fence_recorded(session, Duplicates(
                 batch, tuple(h.transactional_id for h in plan.duplicates)))
-            report = self._commit_fresh(session, batch, plan.to_commit)
+            if plan.action is CommitAction.REPAIR and not needs_offsets(
+                    state.offsets, (h.transactional_id for h in state.committed.values())):
+                offsets = None  # the visible part carried them
+            report = self._commit_fresh(session, batch, plan.to_commit, offsets)
             report.duplicates = dups
             report.recovery = recovery
             if plan.action is CommitAction.REPAIR:
@@ -259,8 +274,10 @@ class Coordinator:
 
     # ---- the commit path ----------------------------------------------------------------------
 
-    def _commit_fresh(self, session: Session, batch: str,
-                      handles: Sequence[Handle]) -> CommitReport:
+    def _commit_fresh(self, session: Session, batch: str, handles: Sequence[Handle],
+                      offsets: SourceOffsets | None = None) -> CommitReport:
+        if not handles and offsets is not None:
+            return self._commit_offsets_only(session, batch, offsets)
         if not handles:
             seq = session.append(Committed(batch, None, ()))
             self._remember_job(batch, seq)
@@ -273,8 +290,10 @@ class Coordinator:
             reason = "; ".join(f"{t}: {why}" for t, why in sorted(failed.items()))
             self._fence_recorded(session, Aborted(batch, tuple(handles), reason[:2000], None))
             raise GuardFailed(batch, failed)
+        if offsets is not None:
+            offsets = self._attach_offsets(session, batch, handles, offsets)
         crash_point("coordinator.before_intent")
-        intent_seq = session.append(Prepared(batch, tuple(handles)))
+        intent_seq = session.append(Prepared(batch, tuple(handles), offsets))
         crash_point("coordinator.after_intent")
         answers = self._end_in_order(handles)
         fates = {t: fate_of_end_txn(answers.get(t)) for t in ids}
@@ -296,6 +315,31 @@ class Coordinator:
         crash_point("coordinator.during_sweep")
         self._purge(session)
         return CommitReport(batch, "committed", committed=tuple(ids), losers=losers)
+
+    def _attach_offsets(self, session: Session, batch: str, handles: Sequence[Handle],
+                        offsets: SourceOffsets) -> SourceOffsets:
+        """The source offsets into the transaction committed last (source_offsets.py), before
+        the intent; if the cluster refuses them, the batch is aborted whole."""
+        carrier = carrier_of(handles)
+        assert carrier is not None
+        try:
+            return attach(self.control, batch, carrier, offsets)
+        except SourceOffsetsRefused as exc:
+            self._fence_recorded(session, Aborted(batch, tuple(handles), exc.reason[:2000], None))
+            raise
+
+    def _commit_offsets_only(self, session: Session, batch: str,
+                             offsets: SourceOffsets) -> CommitReport:
+        """A batch that wrote no record still moves the group's offsets: an intent that names
+        them (no transaction, no carrier), a plain commit of them, the outcome. Recovery repeats
+        the commit for an intent left without outcome."""
+        intent_seq = session.append(Prepared(batch, (), offsets.with_carrier(None)))
+        crash_point("coordinator.after_intent")
+        commit_plain(self.control, batch, offsets)
+        seq = session.append(Committed(batch, intent_seq, ()))
+        self._remember_job(batch, seq)
+        self._purge(session)
+        return CommitReport(batch, "empty")
 
     def _end_in_order(self, handles: Sequence[Handle]) -> dict[str, EndTxnOutcome]:
         reqs = [EndTxnRequest(h.transactional_id, h.producer_id, h.epoch, True) for h in handles]

@@ -37,6 +37,7 @@ from twopc.records import (
     Resolved,
     RollForward,
 )
+from twopc.source_offsets import SourceOffsets
 
 # ---- the log, folded into per-batch states ----------------------------------------------------
 
@@ -62,6 +63,7 @@ class BatchState:
     intent: tuple[Handle, ...] = ()
     before_intent: BatchStatus = BatchStatus.NONE  # where an intent that commits nothing leads back
     committed: Mapping[int, Handle] = field(default_factory=dict)  # Spark partition -> visible handle
+    offsets: SourceOffsets | None = None  # the last intent's source offsets (and their carrier)
 
     @property
     def finished(self) -> bool:
@@ -120,7 +122,7 @@ def _step(cur: BatchState, seq: int, rec: LogRecord, url: str, start: int) -> Ba
         if cur.status not in _OPEN_FOR_INTENT:
             raise bad("a second intent while one is open or the batch is committed")
         return replace(cur, status=BatchStatus.PREPARED, intent_seq=seq, intent=rec.handles,
-                       before_intent=cur.status)
+                       before_intent=cur.status, offsets=rec.offsets)
     if isinstance(rec, Committed):
         if rec.intent_seq is None:
             if cur.status not in _OPEN_FOR_INTENT:

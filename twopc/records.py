@@ -5,6 +5,10 @@ code versions, so an unknown kind or version stops the reader with the record na
 
 Records that end an intent name it by sequence number (``intent_seq``): a reader can then prove that
 each ``committed``/``partial``/``aborted`` ends exactly the open intent it claims to.
+
+Body versions: 1 for every kind; 2 only for a ``prepared`` record that carries source offsets
+(twopc.commitSourceOffsets), so that code which does not know them refuses such a log instead of
+rolling it forward without them. Both are read.
 """
 
 from __future__ import annotations
@@ -14,8 +18,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from twopc.handle import Handle, HandleFormatError
+from twopc.source_offsets import SourceOffsets
 
 VERSION = 1
+VERSION_OFFSETS = 2  # a prepared record with source offsets
+_READS = (VERSION, VERSION_OFFSETS)
 
 
 class RecordFormatError(ValueError):
@@ -36,10 +43,14 @@ class Binding:
 
 @dataclass(frozen=True)
 class Prepared:
-    """The intent: batch ``batch`` commits exactly these handles. This record is the decision."""
+    """The intent: batch ``batch`` commits exactly these handles. This record is the decision.
+
+    ``offsets``: the batch's source offsets and the handle whose transaction carries them (None
+    without twopc.commitSourceOffsets)."""
 
     batch: str
     handles: tuple[Handle, ...]
+    offsets: SourceOffsets | None = None
 
 
 @dataclass(frozen=True)
@@ -141,6 +152,10 @@ def to_body(record: LogRecord) -> dict[str, Any]:
     if isinstance(record, Prepared):
         body = {"kind": "prepared", "batch": record.batch,
                 "handles": [h.to_obj() for h in record.handles]}
+        if record.offsets is not None:
+            body["offsets"] = record.offsets.to_obj()
+            body["v"] = VERSION_OFFSETS
+            return body
     elif isinstance(record, Committed):
         body = {"kind": "committed", "batch": record.batch, "intent": record.intent_seq,
                 "losers": _ids(record.losers)}
@@ -168,12 +183,19 @@ def to_body(record: LogRecord) -> dict[str, Any]:
 
 def from_body(body: dict[str, Any]) -> LogRecord:
     """Read a stored body back; RecordFormatError for anything not written by this format."""
-    if body.get("v") != VERSION:
-        raise RecordFormatError(f"record format version {body.get('v')!r}, this code reads {VERSION}")
+    version = body.get("v")
+    if version not in _READS:
+        raise RecordFormatError(f"record format version {version!r}, this code reads {_READS}")
     kind = body.get("kind")
+    if version == VERSION_OFFSETS and kind != "prepared":
+        raise RecordFormatError(f"a {kind} record of format {version}: only prepared has one")
     try:
         if kind == "prepared":
-            return Prepared(str(body["batch"]), _handles(body["handles"]))
+            offsets = body.get("offsets") if version == VERSION_OFFSETS else None
+            if version == VERSION_OFFSETS and offsets is None:
+                raise RecordFormatError("a prepared record of format 2 without source offsets")
+            return Prepared(str(body["batch"]), _handles(body["handles"]),
+                            None if offsets is None else SourceOffsets.from_obj(offsets))
         if kind == "committed":
             return Committed(str(body["batch"]), _opt_int(body["intent"]), _tuple(body["losers"]))
         if kind == "partial":

@@ -31,6 +31,7 @@ from twopc.errors import UndecidedError
 from twopc.handle import Handle
 from twopc.records import Aborted, Committed, Orphans, Partial, RollForward
 from twopc.session import Session
+from twopc.source_offsets import commit_plain
 from twopc.stranded import StrandedReport
 
 _POLL_S = 0.2
@@ -133,7 +134,11 @@ def settle(session: Session, control: ControlClient, batches: Sequence[BatchStat
 
     fates = dict(first)
     if roll:
-        answers = _commit_all(control, roll)
+        # A transaction that carries source offsets commits after the batch's others
+        # (source_offsets.py): the group's offsets never become visible before the records.
+        carriers = {b.offsets.carrier for b in batches if b.offsets is not None}
+        answers = _commit_all(control, [h for h in roll if h.transactional_id not in carriers])
+        answers.update(_commit_all(control, [h for h in roll if h.transactional_id in carriers]))
         for h in roll:
             fates[h.transactional_id] = fate_of_end_txn(answers.get(h.transactional_id))
         crash_point("recovery.after_rollforward")
@@ -149,12 +154,17 @@ def settle(session: Session, control: ControlClient, batches: Sequence[BatchStat
     report = RecoveryReport(rolled_forward=tuple(h.transactional_id for h in roll),
                             orphans_fenced=orphans)
     for b in batches:
+        if not b.intent and b.offsets is not None:
+            # A batch without records: its decided offsets are committed plainly (idempotent).
+            commit_plain(control, b.batch, b.offsets)
         report.batches.append(_record_outcome(session, b, first, fates))
         crash_point("recovery.after_outcome")
     return report
 
 
 def _commit_all(control: ControlClient, handles: Sequence[Handle]) -> dict[str, EndTxnOutcome]:
+    if not handles:
+        return {}
     return control.end_txns([EndTxnRequest(h.transactional_id, h.producer_id, h.epoch, True)
                              for h in handles])
 

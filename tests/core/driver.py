@@ -3,7 +3,8 @@
     TWOPC_CRASH_AT=coordinator.after_intent python -m tests.core.driver < call.json
 
 Call: {"log", "bootstrap", "owner_id", "prefix", "action": "commit"|"abort"|"recover", "batch",
-"results": [WriteResult objects], "margin_ms", "settle_wait_ms"}.
+"results": [WriteResult objects], "margin_ms", "settle_wait_ms", "offsets": SourceOffsets object
+(optional: the batch's source offsets, committed with it)}.
 Prints one JSON line: {"ok": summary} or {"error": class name, "message"}; exit 0 or 3.
 """
 
@@ -17,6 +18,7 @@ from twopc.control import ControlClient
 from twopc.coordinator import Coordinator
 from twopc.errors import TwopcError
 from twopc.handle import WriteResult
+from twopc.source_offsets import SourceOffsets
 
 
 def main() -> int:
@@ -29,7 +31,8 @@ def main() -> int:
     results = [WriteResult.from_obj(r) for r in call.get("results", [])]
     try:
         if call["action"] == "commit":
-            summary = vars(coord.commit(call["batch"], results))
+            offsets = SourceOffsets.from_obj(call["offsets"]) if call.get("offsets") else None
+            summary = vars(coord.commit(call["batch"], results, offsets))
         elif call["action"] == "abort":
             summary = vars(coord.abort(call["batch"], results))
         else:

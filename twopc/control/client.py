@@ -15,6 +15,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from twopc.control import errors as e
+from twopc.control import group_messages as gm
 from twopc.control import messages as m
 from twopc.control.cluster import Backoff, Cluster, gather_dict
 from twopc.control.config import settings_from_config
@@ -510,6 +511,83 @@ class ControlClient:
                                         m.encode_describe_producers, decode)
         return {tp: state if state is not None else m.ProducerState(*tp, code, None, ())
                 for tp, (code, state) in answers.items()}
+
+    # --- consumer group offsets (twopc.commitSourceOffsets; group_messages.py) -------------
+
+    def add_offsets_to_txn(self, transactional_id: str, producer_id: int, epoch: int,
+                           group_id: str) -> int:
+        """AddOffsetsToTxn at the id's transaction coordinator: the group's offsets partition
+        joins the open transaction of (`producer_id`, `epoch`). Returns the error code (0: added);
+        retried while the coordinator moves or the transaction is busy."""
+        tid = transactional_id
+        code: int = self._call(self._coordinator_call(
+            tid, lambda v: gm.encode_add_offsets_to_txn(v, tid, producer_id, epoch, group_id),
+            gm.decode_add_offsets_to_txn, ApiKey.ADD_OFFSETS_TO_TXN))
+        return code
+
+    def txn_offset_commit(self, transactional_id: str, producer_id: int, epoch: int,
+                          group_id: str, offsets: Sequence[gm.TopicOffset]
+                          ) -> dict[tuple[str, int], int]:
+        """TxnOffsetCommit at the group's coordinator: `offsets` written into the transaction
+        (visible to the group when it commits, gone when it aborts), as a group without members
+        (generation -1). Returns each partition's error code (0: written)."""
+        tid, group = transactional_id, group_id
+        return self._call(self._group_call(group, lambda v: gm.encode_txn_offset_commit(
+            v, tid, group, producer_id, epoch, offsets), gm.decode_txn_offset_commit,
+            ApiKey.TXN_OFFSET_COMMIT))
+
+    def commit_group_offsets(self, group_id: str,
+                             offsets: Sequence[gm.TopicOffset]) -> dict[tuple[str, int], int]:
+        """A plain OffsetCommit (no transaction) as a group without members; each partition's
+        error code (0: committed)."""
+        return self._call(self._group_call(
+            group_id, lambda v: gm.encode_offset_commit(v, group_id, offsets),
+            gm.decode_offset_commit, ApiKey.OFFSET_COMMIT))
+
+    def group_offsets(self, group_id: str, partitions: Sequence[tuple[str, int]] | None = None,
+                      require_stable: bool = True) -> gm.GroupOffsetsResponse:
+        """The group's committed offsets (OffsetFetch v7); with `require_stable`, a partition whose
+        offsets wait in an open transaction answers UNSTABLE_OFFSET_COMMIT."""
+        parts = None if partitions is None else sorted(set(partitions))
+        return self._call(self._group_call(
+            group_id, lambda v: gm.encode_offset_fetch(v, group_id, parts, require_stable),
+            gm.decode_offset_fetch, ApiKey.OFFSET_FETCH))
+
+    async def _group_call(self, group_id: str, encode: Callable[[int], bytes],
+                          decode: Callable[[int, Any], T], api: ApiKey) -> T:
+        """One request to the group's coordinator, retried (within the retry settings) while the
+        coordinator moves, loads or is unreachable, or a partition answers a retriable error."""
+        backoff = Backoff(self._settings)
+        last = e.ERROR_CODES["NETWORK_EXCEPTION"]
+        while True:
+            node: int | None = None
+            try:
+                node = await self._cluster.group_coordinator(group_id)
+                conn = await self._cluster.connection(node)
+                version = conn.version(api)
+                result = decode(version, await conn.request(api, version, encode(version)))
+            except BrokerConnectionError:
+                self._cluster.forget_group_coordinator(group_id)
+                if node is not None:
+                    self._cluster.drop_node(node)
+            else:
+                retriable = [c for c in _codes_of(result)
+                             if c in e.COORDINATOR_RETRIABLE or c in e.RETRY_SAME]
+                if not retriable:
+                    return result
+                last = retriable[0]
+                if last in e.COORDINATOR_RETRIABLE:
+                    self._cluster.forget_group_coordinator(group_id)
+            if not await backoff.wait():
+                raise RetriesExhaustedError(last, f"{api.name} of group {group_id!r}")
+
+
+def _codes_of(result: object) -> list[int]:
+    if isinstance(result, gm.GroupOffsetsResponse):
+        return [result.error_code, *(p.error_code for p in result.partitions.values())]
+    if isinstance(result, dict):
+        return list(result.values())
+    return [int(result)]  # type: ignore[call-overload]
 
 
 def _raise(exc: KafkaApiError) -> Any:

@@ -57,6 +57,7 @@ class Cluster:
         self._bootstrap: BrokerConnection | None = None
         self._down_until: dict[int, float] = {}
         self._coordinators: dict[str, int] = {}
+        self._group_coordinators: dict[str, int] = {}  # group ids are another key space
         self._leaders: dict[tuple[str, int], int] = {}
         self.topic_ids: dict[str, uuid.UUID] = {}
 
@@ -124,8 +125,9 @@ class Cluster:
 
     def drop_node(self, node_id: int) -> None:
         """Forget what we believed about a broker that failed us (it may be down or moved)."""
-        for key in [k for k, v in self._coordinators.items() if v == node_id]:
-            del self._coordinators[key]
+        for cache in (self._coordinators, self._group_coordinators):
+            for key in [k for k, v in cache.items() if v == node_id]:
+                del cache[key]
         for tp in [k for k, v in self._leaders.items() if v == node_id]:
             del self._leaders[tp]
 
@@ -175,9 +177,21 @@ class Cluster:
     def forget_coordinator(self, transactional_id: str) -> None:
         self._coordinators.pop(transactional_id, None)
 
-    async def coordinators(self, ids: Sequence[str]) -> dict[str, int]:
-        """The coordinator of each transactional id; FindCoordinator v4 asks for many at once."""
-        missing = [i for i in dict.fromkeys(ids) if i not in self._coordinators]
+    def forget_group_coordinator(self, group_id: str) -> None:
+        self._group_coordinators.pop(group_id, None)
+
+    async def group_coordinator(self, group_id: str) -> int:
+        """The coordinator of a consumer group (FindCoordinator key type 0)."""
+        found = await self.coordinators([group_id], key_type=m.COORDINATOR_KEY_GROUP)
+        return found[group_id]
+
+    async def coordinators(self, ids: Sequence[str],
+                           key_type: int = m.COORDINATOR_KEY_TRANSACTION) -> dict[str, int]:
+        """The coordinator of each transactional id (or group id, with `key_type` 0);
+        FindCoordinator v4 asks for many at once."""
+        cache = (self._group_coordinators if key_type == m.COORDINATOR_KEY_GROUP
+                 else self._coordinators)
+        missing = [i for i in dict.fromkeys(ids) if i not in cache]
         backoff = Backoff(self.settings)
         while missing:
             conn = await self.any_connection()
@@ -186,7 +200,8 @@ class Cluster:
             retry: list[str] = []
             last_error = 0
             try:
-                replies = await asyncio.gather(*(self._find(conn, version, b) for b in batches))
+                replies = await asyncio.gather(*(self._find(conn, version, b, key_type)
+                                                 for b in batches))
             except BrokerConnectionError:
                 if conn.node_id is not None:
                     self.drop_node(conn.node_id)
@@ -196,7 +211,7 @@ class Cluster:
                 for c in reply:
                     if c.error_code == 0:
                         self.brokers.setdefault(c.node_id, BrokerInfo(c.node_id, c.host, c.port))
-                        self._coordinators[c.key] = c.node_id
+                        cache[c.key] = c.node_id
                     elif c.error_code in COORDINATOR_RETRIABLE:
                         retry.append(c.key)
                         last_error = c.error_code
@@ -206,12 +221,12 @@ class Cluster:
             missing = retry
             if missing and not await backoff.wait():
                 raise RetriesExhaustedError(last_error, f"FindCoordinator for {missing[:3]}")
-        return {i: self._coordinators[i] for i in ids}
+        return {i: cache[i] for i in ids}
 
-    async def _find(self, conn: BrokerConnection, version: int,
-                    keys: list[str]) -> list[m.Coordinator]:
+    async def _find(self, conn: BrokerConnection, version: int, keys: list[str],
+                    key_type: int) -> list[m.Coordinator]:
         reader = await conn.request(ApiKey.FIND_COORDINATOR, version,
-                                    m.encode_find_coordinator(version, keys))
+                                    m.encode_find_coordinator(version, keys, key_type))
         return m.decode_find_coordinator(version, reader, keys)
 
 

@@ -26,6 +26,11 @@ class ApiKey(IntEnum):
     INIT_PRODUCER_ID = 22
     ADD_PARTITIONS_TO_TXN = 24
     END_TXN = 26
+    # Consumer group offsets inside a transaction (twopc.commitSourceOffsets): group_messages.py.
+    OFFSET_COMMIT = 8
+    OFFSET_FETCH = 9
+    ADD_OFFSETS_TO_TXN = 25
+    TXN_OFFSET_COMMIT = 28
     SASL_AUTHENTICATE = 36
     DESCRIBE_PRODUCERS = 61
     DESCRIBE_TRANSACTIONS = 65
@@ -40,6 +45,8 @@ FLEXIBLE_FROM: dict[ApiKey, int | None] = {
     ApiKey.END_TXN: 3,
     ApiKey.SASL_AUTHENTICATE: 2, ApiKey.DESCRIBE_PRODUCERS: 0, ApiKey.DESCRIBE_TRANSACTIONS: 0,
     ApiKey.LIST_TRANSACTIONS: 0,
+    ApiKey.OFFSET_COMMIT: 8, ApiKey.OFFSET_FETCH: 6, ApiKey.ADD_OFFSETS_TO_TXN: 3,
+    ApiKey.TXN_OFFSET_COMMIT: 3,
 }
 
 # Versions this client can encode. EndTxn stops at 4: version 5 selects the KIP-890 (transaction
@@ -53,8 +60,14 @@ CLIENT_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.ADD_PARTITIONS_TO_TXN: (0, 3), ApiKey.END_TXN: (0, 4), ApiKey.SASL_AUTHENTICATE: (0, 2),
     ApiKey.DESCRIBE_PRODUCERS: (0, 0),
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0), ApiKey.LIST_TRANSACTIONS: (0, 2),
+    # TxnOffsetCommit stops at 4: version 5 is for transaction-version-2 clients (it adds the
+    # offsets partition to the transaction implicitly), and librdkafka starts transactions the old
+    # way; AddOffsetsToTxn comes first instead, as for any old-style transaction.
+    ApiKey.OFFSET_COMMIT: (8, 9), ApiKey.OFFSET_FETCH: (7, 7), ApiKey.ADD_OFFSETS_TO_TXN: (3, 4),
+    ApiKey.TXN_OFFSET_COMMIT: (3, 4),
 }
 
+COORDINATOR_KEY_GROUP = 0
 COORDINATOR_KEY_TRANSACTION = 1
 ISOLATION_READ_COMMITTED = 1
 
@@ -231,14 +244,15 @@ class Coordinator:
     error_message: str | None
 
 
-def encode_find_coordinator(version: int, keys: Sequence[str]) -> bytes:
+def encode_find_coordinator(version: int, keys: Sequence[str],
+                            key_type: int = COORDINATOR_KEY_TRANSACTION) -> bytes:
     w = Writer(True)
     if version >= 4:
-        w.int8(COORDINATOR_KEY_TRANSACTION).array(list(keys), Writer.string)
+        w.int8(key_type).array(list(keys), Writer.string)
     else:
         if len(keys) != 1:
             raise ValueError("FindCoordinator before v4 takes exactly one key")
-        w.string(keys[0]).int8(COORDINATOR_KEY_TRANSACTION)
+        w.string(keys[0]).int8(key_type)
     return w.tags().getvalue()
 
 
