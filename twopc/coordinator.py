@@ -9,6 +9,8 @@ EndTxn order: the first handle alone, then all but the last in parallel, then th
 extra round trips (milliseconds, against the fsynced intent) buy two things: a crash can fall
 after exactly 1 and after exactly n-1 answers (the `after_endtxn_1` and `after_endtxn_n_minus_1`
 points), and the path the crash tests prove is the path production runs.
+With twopc.commitSourceOffsets the last one also carries the batch's source offsets
+(source_offsets.py): the group moves with the batch's last transaction, never before the others.
 """
 
 from __future__ import annotations

@@ -50,10 +50,10 @@ def test_python_modes_and_twopc_with_audit(broker: KafkaUnderTest, tmp_path: Pat
 
 
 def test_builtin_sink_and_ratio(broker: KafkaUnderTest, tmp_path: Path) -> None:
-    """With Spark's Kafka package: a ratio of exactly 1 for the sink itself. Without it (this machine's
-    Maven Central has no package for pyspark 4.3.0; TWOPC_SPARK_KAFKA_VERSION=4.2.0 names one that
-    it has): the built-in mode is left out, saying why, and
-    no ratio is invented. Either way something real is checked; nothing is skipped."""
+    """With Spark's Kafka package (for pyspark 4.3.0, whose own package Maven Central does not have,
+    the resolver falls back to 4.2.0): a ratio of exactly 1 for the sink itself. Without it (no
+    Maven, no network): the built-in mode is left out, saying why, and no ratio is invented. Either
+    way something real is checked; nothing is skipped."""
     try:
         spark_kafka_jars()
     except SparkKafkaUnavailable:

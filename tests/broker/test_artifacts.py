@@ -54,3 +54,38 @@ def test_given_jars_are_taken_as_they_are(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setenv("TWOPC_SPARK_KAFKA_JARS", str(tmp_path / "missing.jar"))
     with pytest.raises(BrokerSetupError, match=r"missing\.jar names no jar"):
         spark_kafka_jars()
+
+
+def test_an_unpublished_pyspark_version_falls_back_to_the_pinned_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    # pyspark's own version was found missing on Maven Central (remembered for a day): the pinned
+    # release of the same major version is used, and the log says so.
+    import pyspark
+
+    from twopc.broker import artifacts
+
+    monkeypatch.setenv("TWOPC_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("TWOPC_SPARK_KAFKA_VERSION", raising=False)
+    monkeypatch.delenv("TWOPC_SPARK_KAFKA_JARS", raising=False)
+    monkeypatch.setattr(pyspark, "__version__", "4.9.0")
+    pinned = artifacts.SPARK_KAFKA_FALLBACK_VERSION
+    (tmp_path / "spark-sql-kafka" / "4.9.0").mkdir(parents=True)
+    (tmp_path / "spark-sql-kafka" / "4.9.0" / ".unavailable").touch()
+    lib = tmp_path / "spark-sql-kafka" / pinned / "lib"
+    _touch(lib, f"spark-sql-kafka-0-10_2.13-{pinned}.jar", "kafka-clients-3.9.2.jar")
+    (lib.parent / ".complete").write_text(f"spark.version={pinned}")
+    with caplog.at_level("WARNING", logger="twopc.broker.artifacts"):
+        names = [Path(j).name for j in spark_kafka_jars()]
+    assert names == ["kafka-clients-3.9.2.jar", f"spark-sql-kafka-0-10_2.13-{pinned}.jar"]
+    assert f"4.9.0 (pyspark's version) is not on Maven Central; using {pinned}" in caplog.text
+    assert f"spark-sql-kafka {pinned}, pyspark 4.9.0" in artifacts.spark_kafka_source()
+    # A version the user names is never replaced, nor one of another major release.
+    monkeypatch.setenv("TWOPC_SPARK_KAFKA_VERSION", "4.9.0")
+    with pytest.raises(BrokerSetupError, match=r"4\.9\.0"):
+        spark_kafka_jars()
+    monkeypatch.delenv("TWOPC_SPARK_KAFKA_VERSION")
+    monkeypatch.setattr(pyspark, "__version__", "5.0.0")
+    (tmp_path / "spark-sql-kafka" / "5.0.0").mkdir(parents=True)
+    (tmp_path / "spark-sql-kafka" / "5.0.0" / ".unavailable").touch()
+    with pytest.raises(BrokerSetupError, match=r"5\.0\.0"):
+        spark_kafka_jars()

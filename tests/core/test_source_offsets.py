@@ -130,3 +130,47 @@ def test_a_batch_without_records_moves_the_offsets(crash: str | None, scenario: 
     intent = prepared(scenario, "0")
     assert intent.handles == () and intent.offsets == offsets
     scenario.audit()
+
+
+def test_status_shows_the_group_and_its_offsets(scenario: Scenario, control: ControlClient,
+                                                make_topic: Callable[..., str]) -> None:
+    from tests.cli.test_status import status_json, twopc
+
+    source, group = make_topic(2), f"g-{uuid.uuid4().hex[:8]}"
+    bootstrap = ("--bootstrap-servers", scenario.broker.bootstrap_servers)
+    coord = scenario.coordinator(control)
+    assert coord.commit("0", scenario.write("0"), ends(group, source, 8, 3)).status == "committed"
+    assert group_offsets(scenario, group, source) == {(source, 0): 8, (source, 1): 3}
+    code, report = status_json(scenario, *bootstrap)
+    assert code == 0, report
+    carrier = prepared(scenario, "0").handles[-1].transactional_id
+    assert report["source_offsets"] == {
+        "group": group, "batch": "0", "carrier": carrier,
+        "partitions": [{"topic": source, "partition": 0, "batch_end": 8, "committed": 8,
+                        "pending": False},
+                       {"topic": source, "partition": 1, "batch_end": 3, "committed": 3,
+                        "pending": False}]}
+    # Killed before the carrier committed: the pending batch names its offsets, the group still
+    # holds batch 0's, with newer ones pending in the open carrier.
+    offsets = ends(group, source, 12, 9)
+    assert scenario.drive("commit", "1", scenario.write("1"),
+                          crash_at="coordinator.after_endtxn_n_minus_1",
+                          offsets=offsets.to_obj()) == {"killed": True}
+    code, report = status_json(scenario, *bootstrap)
+    assert code == 1
+    [pending] = report["pending"]
+    assert SourceOffsets.from_obj(pending["source_offsets"]).offsets == offsets.offsets
+    assert [(r["committed"], r["pending"]) for r in report["source_offsets"]["partitions"]] == [
+        (8, True), (3, True)]
+    text = twopc("status", "--checkpoint", scenario.log_url, *bootstrap)
+    assert f"source offsets: group '{group}' at batch 0 (carried by {carrier})" in text.stdout
+    assert "newer pending in an open transaction" in text.stdout
+    scenario.coordinator(control).recover()
+    assert group_offsets(scenario, group, source) == {(source, 0): 12, (source, 1): 9}
+    code, report = status_json(scenario, *bootstrap)
+    assert code == 0, report
+    assert [(r["batch_end"], r["committed"]) for r in report["source_offsets"]["partitions"]] == [
+        (12, 12), (9, 9)]
+    scenario.expect("0")
+    scenario.expect("1")
+    scenario.audit()

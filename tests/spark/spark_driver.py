@@ -2,11 +2,20 @@
 
     python spark_driver.py batch  CONFIG_JSON   # df.write.format("kafka2pc") of N rows
     python spark_driver.py stream CONFIG_JSON   # JSON files -> kafka2pc, availableNow, 4 partitions
+    python spark_driver.py kafka  CONFIG_JSON   # Kafka topic -> kafka2pc + commitSourceOffsets
 
 CONFIG_JSON: {"master", "bootstrap", "topic", "checkpoint", "prefix", "rows" | "source",
 "spark_checkpoint", "job_id", "first", "options"}; batch rows are ids first..first+rows-1 (first: 0 by
 default); "options" (optional) adds or overrides sink options.
 Prints one line `RESULT <json>` on success.
+
+Mode kafka reads `source_topic` with Spark's Kafka source (its jars: twopc.broker.artifacts), drops
+values starting with `drop-`, and writes the rest through kafka2pc with twopc.commitSourceOffsets =
+`group`. It runs `rounds` in order: each produces its `values` to the source topic (value i to
+partition i mod `source_partitions`), runs the query with trigger availableNow (maxOffsetsPerTrigger
+`max_offsets`), then reads the group's committed offsets (stable: no transaction holds them) and the
+last batch's end offsets from Spark's offsets log, and prints them as one line `ROUND <json>`. A round
+with "arm": true first creates the file named by TWOPC_CRASH_WHEN_EXISTS (the crash point then fires).
 """
 
 from __future__ import annotations
@@ -14,6 +23,9 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
+from pathlib import Path
+from typing import Any
 
 
 def main() -> None:
@@ -24,8 +36,13 @@ def main() -> None:
 
     import twopc.spark
 
+    builder = SparkSession.builder
+    if mode == "kafka":
+        from twopc.broker.artifacts import spark_kafka_jars
+
+        builder = builder.config("spark.jars", ",".join(spark_kafka_jars()))
     spark = (
-        SparkSession.builder.master(cfg.get("master", "local[2]"))
+        builder.master(cfg.get("master", "local[2]"))
         .config("spark.driver.memory", "1g")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "4")
@@ -67,10 +84,58 @@ def main() -> None:
             query.awaitTermination()
             print("RESULT " + json.dumps({"ok": True, "batches": query.lastProgress["batchId"]}),
                   flush=True)
+        elif mode == "kafka":
+            _kafka_rounds(spark, cfg, options)
+            print("RESULT " + json.dumps({"ok": True}), flush=True)
         else:
             raise SystemExit(f"unknown mode {mode}")
     finally:
         spark.stop()
+
+
+def _kafka_rounds(spark: Any, cfg: dict[str, Any], options: dict[str, str]) -> None:
+    from confluent_kafka import Producer
+
+    from twopc.source_offsets import parse_spark_offsets
+    from twopc.testing.offsets import stable_group_offsets
+
+    offsets_dir = Path(cfg["spark_checkpoint"]) / "offsets"
+    parts = cfg["source_partitions"]
+    producer = Producer({"bootstrap.servers": cfg["bootstrap"]})
+    for number, round_ in enumerate(cfg["rounds"]):
+        for i, value in enumerate(round_["values"]):
+            producer.produce(cfg["source_topic"], value.encode(), partition=i % parts)
+        assert producer.flush(30) == 0, "the source records were not all delivered"
+        began = time.monotonic()
+        if round_.get("arm"):
+            Path(os.environ["TWOPC_CRASH_WHEN_EXISTS"]).touch()
+        query = (
+            spark.readStream.format("kafka")
+            .option("kafka.bootstrap.servers", cfg["bootstrap"])
+            .option("subscribe", cfg["source_topic"])
+            .option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", cfg["max_offsets"])
+            .load()
+            .selectExpr("CAST(value AS STRING) AS value")
+            .where("NOT value LIKE 'drop-%'")
+            .writeStream.format("kafka2pc")
+            .options(**options)
+            .option("twopc.commitSourceOffsets", cfg["group"])
+            .option("checkpointLocation", cfg["spark_checkpoint"])
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+        progress = query.recentProgress
+        last = max(int(f.name) for f in offsets_dir.iterdir() if f.name.isdigit())
+        ends = parse_spark_offsets((offsets_dir / str(last)).read_text(), str(last))
+        group = stable_group_offsets({"bootstrap.servers": cfg["bootstrap"]}, cfg["group"],
+                                     [(t, p) for t, p, _ in ends])
+        print("ROUND " + json.dumps({
+            "round": number, "batch": last, "ends": [list(e) for e in ends],
+            "seconds": round(time.monotonic() - began, 1),
+            "durations_ms": [p["durationMs"] for p in progress],
+            "group": [[t, p, o] for (t, p), o in sorted(group.items())]}), flush=True)
 
 
 if __name__ == "__main__":

@@ -10,10 +10,12 @@ Kafka package (the built-in sink the demo compares with), resolved the same way.
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 from twopc.broker.errors import BrokerSetupError
@@ -23,6 +25,14 @@ POM = Path(__file__).with_name("pom.xml")
 SPARK_KAFKA_POM = Path(__file__).with_name("spark-kafka-pom.xml")
 SPARK_KAFKA_JARS_ENV = "TWOPC_SPARK_KAFKA_JARS"
 SPARK_KAFKA_VERSION_ENV = "TWOPC_SPARK_KAFKA_VERSION"
+# The newest release of Spark's Kafka package on Maven Central that the tests prove with the
+# installed pyspark: used, with a log line, when pyspark's own version is not published there
+# (pyspark 4.3.0's is not, at the time of writing). Only within the same major release.
+SPARK_KAFKA_FALLBACK_VERSION = "4.2.0"
+# A version Maven could not resolve is not asked for again for this long (Maven starts slowly).
+_UNAVAILABLE_FOR_S = 24 * 3600
+_log = logging.getLogger(__name__)
+_used_version: str | None = None  # what spark_kafka_jars resolved last (for spark_kafka_source)
 _JAR_NAME = re.compile(r"^(.+?)-(\d+(?:\.\d+)+(?:[-.][A-Za-z0-9]+)*)\.jar$")
 
 
@@ -67,7 +77,8 @@ def spark_kafka_source() -> str:
     given = os.environ.get(SPARK_KAFKA_JARS_ENV)
     if given:
         return f"{SPARK_KAFKA_JARS_ENV}={given}"
-    return f"Maven Central (spark-sql-kafka {spark_kafka_version()}, pyspark {pyspark.__version__})"
+    version = _used_version or spark_kafka_version()
+    return f"Maven Central (spark-sql-kafka {version}, pyspark {pyspark.__version__})"
 
 
 def spark_kafka_jars() -> list[str]:
@@ -77,7 +88,9 @@ def spark_kafka_jars() -> list[str]:
     `TWOPC_SPARK_KAFKA_JARS` (a directory of jars, or a comma-separated list of jars) wins: for a
     machine without Maven. Otherwise the package is resolved from Maven Central at
     `TWOPC_SPARK_KAFKA_VERSION`, or else at pyspark's own version: the override is for a pyspark
-    release whose Kafka package is not (yet) published there.
+    release whose Kafka package is not (yet) published there. Without it, a pyspark version that
+    Maven Central does not have falls back to SPARK_KAFKA_FALLBACK_VERSION (same major release),
+    saying so in a WARNING log line.
     """
     given = os.environ.get(SPARK_KAFKA_JARS_ENV)
     if given:
@@ -88,22 +101,55 @@ def spark_kafka_jars() -> list[str]:
         return jars
     import pyspark
 
+    global _used_version
     version = spark_kafka_version()
-    lib = cache_root() / "spark-sql-kafka" / version / "lib"
-    resolve_jars(
-        SPARK_KAFKA_POM, lib, {"spark.version": version},
-        expect="spark-sql-kafka-0-10_2.13-*.jar",
-        what=f"Spark's Kafka package (org.apache.spark:spark-sql-kafka-0-10_2.13:{version})",
-        hint=f"Is it published on Maven Central? If not, set {SPARK_KAFKA_VERSION_ENV} to a published "
-        f"version of the same major release (pyspark is {pyspark.__version__}), or "
-        f"{SPARK_KAFKA_JARS_ENV} to a directory holding the spark-sql-kafka-0-10, "
-        "spark-token-provider-kafka-0-10, kafka-clients and commons-pool2 jars that fit this Spark.",
-    )
+    try:
+        lib = _resolve_spark_kafka(version)
+    except BrokerSetupError:
+        fallback = SPARK_KAFKA_FALLBACK_VERSION
+        if (os.environ.get(SPARK_KAFKA_VERSION_ENV) or version == fallback
+                or version.split(".")[0] != fallback.split(".")[0]):
+            raise
+        _log.warning("twopc: Spark's Kafka package %s (pyspark's version) is not on Maven Central; "
+                     "using %s, the newest release twopc pins and tests with this pyspark (set %s "
+                     "to choose another)", version, fallback, SPARK_KAFKA_VERSION_ENV)
+        version, lib = fallback, _resolve_spark_kafka(fallback)
+    _used_version = version
     # The package's pom also names Spark's own dependencies (scala-library, spark-tags, hadoop
     # client, ...) at its version: pyspark ships those already, and a second, older copy on the
     # classpath could shadow them.
     shipped = {_artifact_of(j.name) for j in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
     return sorted(str(p) for p in lib.glob("*.jar") if _artifact_of(p.name) not in shipped)
+
+
+def _resolve_spark_kafka(version: str) -> Path:
+    """The lib directory of Spark's Kafka package at `version`, resolved once; a version Maven
+    could not resolve is remembered (`.unavailable`) and not asked for again for a day."""
+    import pyspark
+
+    lib = cache_root() / "spark-sql-kafka" / version / "lib"
+    unavailable = lib.parent / ".unavailable"
+    what = f"Spark's Kafka package (org.apache.spark:spark-sql-kafka-0-10_2.13:{version})"
+    if unavailable.exists() and time.time() - unavailable.stat().st_mtime < _UNAVAILABLE_FOR_S:
+        raise BrokerSetupError(f"{what} could not be resolved from Maven Central in the last day "
+                               f"({unavailable})")
+    try:
+        resolve_jars(
+            SPARK_KAFKA_POM, lib, {"spark.version": version},
+            expect="spark-sql-kafka-0-10_2.13-*.jar",
+            what=what,
+            hint=f"Is it published on Maven Central? If not, set {SPARK_KAFKA_VERSION_ENV} to a "
+            f"published version of the same major release (pyspark is {pyspark.__version__}), or "
+            f"{SPARK_KAFKA_JARS_ENV} to a directory holding the spark-sql-kafka-0-10, "
+            "spark-token-provider-kafka-0-10, kafka-clients and commons-pool2 jars that fit this "
+            "Spark.",
+        )
+    except BrokerSetupError:
+        lib.parent.mkdir(parents=True, exist_ok=True)
+        unavailable.touch()
+        raise
+    unavailable.unlink(missing_ok=True)
+    return lib
 
 
 def _artifact_of(jar_name: str) -> str:

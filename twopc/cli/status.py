@@ -1,7 +1,7 @@
 """`twopc status`: what a twopc checkpoint log says, and what the broker says of its transactions.
 
 Read-only: it reads the log by key (no probe, no append) and asks the broker only
-DescribeTransactions and ListTransactions.
+DescribeTransactions, ListTransactions and OffsetFetch.
 """
 
 from __future__ import annotations
@@ -24,12 +24,15 @@ from twopc.guards import coordinator_now
 from twopc.handle import Handle
 from twopc.records import Aborted, Binding, LogRecord, RecordFormatError, from_body
 from twopc.session import read_binding
+from twopc.source_offsets import SourceOffsets
 
 EPILOG = """Shows the log's binding (query or job id, transactional id prefix), the last batches and their
 state, pending batches (an intent without outcome) with each transaction's age against its timeout,
 stuck batches (partly committed, or a re-run refused by DataLossError) with what is visible and what
-was lost, and, with --bootstrap-servers, each pending transaction's state on the broker and the
-open transactions of the prefix that no record names (orphans). Never writes anything.
+was lost, the consumer group that gets the source offsets (twopc.commitSourceOffsets) with the last
+committed batch's end offsets, and, with --bootstrap-servers, each pending transaction's state on
+the broker, the group's committed offsets, and the open transactions of the prefix that no record
+names (orphans). Never writes anything.
 
 exit codes: 0 healthy; 1 attention needed (pending or stuck batch, orphans, thin guard margin);
 2 bad arguments, no twopc log at the URL, storage or broker unreachable.
@@ -236,7 +239,7 @@ def build_status(view: LogView, control: ControlClient | None, *, batches: int,
     coord_now, skew = coordinator_now(handles, now_ms)
     described = control.describe_transactions([h.transactional_id for h in handles]) \
         if control is not None and handles else {}
-    pending_rows = [{"batch": b.batch, "intent_seq": b.intent_seq,
+    pending_rows: list[dict[str, Any]] = [{"batch": b.batch, "intent_seq": b.intent_seq,
                      "transactions": [pending_txn(h, coord_now, described.get(h.transactional_id),
                                                   control is not None) for h in b.intent]}
                     for b in pending]
@@ -251,7 +254,12 @@ def build_status(view: LogView, control: ControlClient | None, *, batches: int,
                    if found[t].state is TxnState.ONGOING]
     stuck = [stuck_batch(view, b) for b in sorted(state.batches.values(), key=lambda b: b.last_seq)
              if b.status is BatchStatus.PARTIAL]
+    for row, b in zip(pending_rows, pending, strict=True):
+        row["source_offsets"] = None if b.offsets is None else b.offsets.to_obj()
+    source = source_offsets(state, control)
     warnings = _warnings(pending_rows, orphans, warn_ratio, control is not None)
+    if source is not None:
+        warnings += source.pop("warnings")
     attention = [f"batch {p['batch']} is pending (an intent without outcome): run `twopc recover` "
                  "or restart the query" for p in pending_rows]
     attention += [f"batch {s['batch']} is partly committed: restart the query (a deterministic "
@@ -270,9 +278,45 @@ def build_status(view: LogView, control: ControlClient | None, *, batches: int,
         "batches": [{**batch_row(b), "figures": figures_of(b.batch) if figures_of else None}
                     for b in recent],
         "pending": pending_rows, "stuck": stuck, "orphans": orphans,
+        "source_offsets": source,
         "warnings": warnings, "attention": attention + warnings,
         "healthy": not attention and not warnings,
     }
+
+
+def source_offsets(state: LogState, control: ControlClient | None) -> dict[str, Any] | None:
+    """The group that gets the source offsets, the end offsets of the last committed batch that
+    carried them, and (with a broker) what the group holds: its committed offset and whether a
+    transaction holds newer ones pending. None if no batch the log holds carried offsets."""
+    carried = sorted((b for b in state.batches.values() if b.offsets is not None),
+                     key=lambda b: b.last_seq)
+    if not carried:
+        return None
+    done = [b for b in carried if b.status is BatchStatus.COMMITTED]
+    last = done[-1] if done else None
+    group = carried[-1].offsets.group if carried[-1].offsets else ""
+    ends: SourceOffsets | None = last.offsets if last is not None else None
+    rows: list[dict[str, Any]] = [
+        {"topic": t, "partition": p, "batch_end": o, "committed": None, "pending": None}
+        for t, p, o in (ends.offsets if ends else ())]
+    warnings: list[str] = []
+    if control is not None and rows:
+        parts = [(r["topic"], r["partition"]) for r in rows]
+        held = control.group_offsets(group, parts, require_stable=False).partitions
+        stable = control.group_offsets(group, parts, require_stable=True).partitions
+        for r in rows:
+            tp = (r["topic"], r["partition"])
+            r["committed"] = held[tp].offset if tp in held else None
+            r["pending"] = tp in stable and stable[tp].error_code != 0
+        moved = [r for r in rows if not r["pending"] and r["committed"] != r["batch_end"]]
+        if moved and last is not None and last is carried[-1]:
+            warnings.append(
+                f"group {group!r} holds other offsets than batch {last.batch}'s end offsets "
+                f"(e.g. {moved[0]['topic']}-{moved[0]['partition']}: {moved[0]['committed']}, "
+                f"batch end {moved[0]['batch_end']}): something else commits to this group")
+    return {"group": group, "batch": None if last is None else last.batch,
+            "carrier": None if ends is None else ends.carrier, "partitions": rows,
+            "warnings": warnings}
 
 
 def _warnings(pending: list[dict[str, Any]], orphans: list[dict[str, Any]], warn_ratio: float,
@@ -382,6 +426,22 @@ def print_stuck(s: dict[str, Any]) -> None:
                   f"records, re-run {x['rerun_records']} ({x['detail']})")
 
 
+def print_source_offsets(src: dict[str, Any] | None) -> None:
+    if src is None:
+        return
+    if src["batch"] is None:
+        print(f"source offsets: group {src['group']!r}, no committed batch carried them yet")
+        return
+    how = f"carried by {src['carrier']}" if src["carrier"] else "committed plainly (no records)"
+    print(f"source offsets: group {src['group']!r} at batch {src['batch']} ({how}):")
+    for row in src["partitions"]:
+        line = f"  {row['topic']}[{row['partition']}]  batch end {row['batch_end']}"
+        if row["committed"] is not None or row["pending"] is not None:
+            line += f", group {row['committed']}" + (" (newer pending in an open transaction)"
+                                                     if row["pending"] else "")
+        print(line)
+
+
 def print_status(r: dict[str, Any]) -> None:
     b = r["binding"]
     print(f"checkpoint {r['checkpoint']}: {b['owner_kind']} {b['owner_id']!r}, prefix "
@@ -408,6 +468,7 @@ def print_status(r: dict[str, Any]) -> None:
         print(f"orphans (open transactions of prefix {b['prefix']!r} no record names):")
         for t in r["orphans"]:
             print(_txn_line(t))
+    print_source_offsets(r.get("source_offsets"))
     for w in r["warnings"]:
         print(f"WARN {w}")
     if not r["broker_checked"]:

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 
 from twopc.errors import GuardFailed
 from twopc.spark.collect import write_tasks
-from twopc.spark.errors import MissingQueryIdentity
-from twopc.spark.options import parse_options
+from twopc.spark.errors import MissingQueryIdentity, OptionError
+from twopc.spark.options import SOURCE_OFFSETS, SPARK_CHECKPOINT, parse_options
 from twopc.spark.runtime import (
     QUERY,
     Owner,
@@ -25,6 +25,7 @@ from twopc.spark.runtime import (
     report_recovery,
 )
 from twopc.spark.schema import check_schema
+from twopc.spark.source_offsets import batch_source_offsets
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -37,6 +38,10 @@ class ExactlyOnceKafkaSink:
 
     def __init__(self, options: Mapping[str, str], *, attempts_per_batch: int = 3) -> None:
         self.config = parse_options(options, streaming=True)
+        if self.config.source_offsets_group is not None and not self.config.spark_checkpoint:
+            raise OptionError(
+                f"option {SOURCE_OFFSETS} reads each batch's end offsets from Spark's offsets log: "
+                f"give the query's {SPARK_CHECKPOINT} among the sink's options too")
         if attempts_per_batch < 1:
             raise ValueError("attempts_per_batch must be at least 1")
         self.attempts_per_batch = attempts_per_batch
@@ -58,13 +63,14 @@ class ExactlyOnceKafkaSink:
                 if coordinator.is_committed(batch):
                     _log.info("twopc: batch %s of query %s is already committed", batch, query_id)
                     return
+                offsets = batch_source_offsets(self.config, batch)  # before anything opens
                 try:
                     results = write_tasks(batch_df, self.config, owner, batch)
                 except BaseException:
                     abort_batch(self.config, owner, batch, [])
                     raise
                 try:
-                    report = coordinator.commit(batch, results)
+                    report = coordinator.commit(batch, results, offsets)
                 except GuardFailed as exc:
                     # Nothing of the batch is visible and the abort is recorded: write it again.
                     if attempt == self.attempts_per_batch:

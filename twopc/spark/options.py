@@ -28,6 +28,7 @@ BUDGET = "twopc.taskBudgetMs"
 STORAGE_OPTIONS = "twopc.storageOptions"
 UNCONDITIONAL = "twopc.allowUnconditionalCreate"
 RATE_LIMITED = "twopc.sourceRateLimited"
+SOURCE_OFFSETS = "twopc.commitSourceOffsets"
 TOPIC = "topic"
 SPARK_CHECKPOINT = "checkpointLocation"
 # Spark adds this for every streaming sink; it is not ours to validate beyond reading it.
@@ -54,7 +55,7 @@ _KNOWN = {
     name.lower(): name
     for name in (
         CHECKPOINT, PREFIX, TIMEOUT, JOB_ID, SLOTS, MARGIN, BUDGET, STORAGE_OPTIONS, UNCONDITIONAL,
-        RATE_LIMITED, TOPIC, SPARK_CHECKPOINT,
+        RATE_LIMITED, SOURCE_OFFSETS, TOPIC, SPARK_CHECKPOINT,
     )
 }
 
@@ -76,6 +77,8 @@ class SinkConfig:
     allow_unconditional_create: bool = False
     source_rate_limited: bool = False
     spark_checkpoint: str | None = None
+    # Consumer group that gets each micro-batch's source offsets in the batch's transactions.
+    source_offsets_group: str | None = None
 
     def control_config(self) -> dict[str, str]:
         """The control client reads the same librdkafka-style keys (it ignores producer-only ones)."""
@@ -193,6 +196,17 @@ def parse_options(options: Mapping[str, Any], *, streaming: bool) -> SinkConfig:
             "checkpoint, remove the option"
         )
 
+    group = lowered.get(SOURCE_OFFSETS.lower())
+    if group is not None:
+        group = str(group).strip()
+        if not group:
+            raise OptionError(f"option {SOURCE_OFFSETS} is empty: give the consumer group id that "
+                              "gets the source offsets, or leave the option out")
+        if not streaming:
+            raise OptionError(
+                f"option {SOURCE_OFFSETS} is for streaming queries that read Spark's Kafka source "
+                "(the offsets come from the query's offsets log); remove it from a batch write")
+
     timeout = _int(lowered, TIMEOUT, DEFAULT_TIMEOUT_MS, MIN_TIMEOUT_MS)
     assert timeout is not None
     slots = _int(lowered, SLOTS, DEFAULT_SLOTS, 2)
@@ -211,4 +225,5 @@ def parse_options(options: Mapping[str, Any], *, streaming: bool) -> SinkConfig:
         allow_unconditional_create=_bool(lowered, UNCONDITIONAL),
         source_rate_limited=_bool(lowered, RATE_LIMITED),
         spark_checkpoint=lowered.get(SPARK_CHECKPOINT.lower()),
+        source_offsets_group=group,
     )

@@ -29,6 +29,7 @@ from twopc.spark.guards import check_at_start
 from twopc.spark.journal import Journal, batch_entry, record_safely, recovery_entry
 from twopc.spark.options import SPARK_CHECKPOINT, SinkConfig
 from twopc.spark.schema import rows_from_batches
+from twopc.spark.source_offsets import batch_source_offsets, spark_checkpoint_file
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -258,9 +259,7 @@ def query_id_from_spark_checkpoint(spark_checkpoint: str | None) -> str:
         )
     import fsspec
 
-    url = spark_checkpoint.rstrip("/") + "/metadata"
-    if url.startswith("s3a://"):
-        url = "s3://" + url[len("s3a://"):]
+    url = spark_checkpoint_file(spark_checkpoint, "metadata")
     try:
         with fsspec.open(url, "rt") as handle:
             first_line = handle.readline()
@@ -314,10 +313,11 @@ def job_owner(config: SinkConfig) -> Owner:
 
 
 def commit_batch(config: SinkConfig, owner: Owner, batch: str, results: list[WriteResult]) -> None:
-    """Spark's commit of a micro-batch: the core's commit, then its figures (and what the settling
-    of an open intent did, if it had to) logged and left in the journal for the listener."""
+    """Spark's commit of a micro-batch (with its source offsets, under twopc.commitSourceOffsets):
+    the core's commit, then its figures (and what the settling of an open intent did, if it had
+    to) logged and left in the journal for the listener."""
     began = time.monotonic()
     with _observed_call(config, owner, "commit", batch, results, began) as coordinator:
-        report = coordinator.commit(batch, results)
+        report = coordinator.commit(batch, results, batch_source_offsets(config, batch))
     record_batch(config, owner, batch, report.figures,
                  report_recovery(config, owner, report.recovery, "commit"))
