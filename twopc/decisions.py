@@ -121,8 +121,11 @@ def _step(cur: BatchState, seq: int, rec: LogRecord, url: str, start: int) -> Ba
     if isinstance(rec, Prepared):
         if cur.status not in _OPEN_FOR_INTENT:
             raise bad("a second intent while one is open or the batch is committed")
+        # A repair's intent carries no source offsets when the visible part's carrier already
+        # committed them: the batch keeps those.
+        kept = cur.offsets if cur.status is BatchStatus.PARTIAL else None
         return replace(cur, status=BatchStatus.PREPARED, intent_seq=seq, intent=rec.handles,
-                       before_intent=cur.status, offsets=rec.offsets)
+                       before_intent=cur.status, offsets=rec.offsets or kept)
     if isinstance(rec, Committed):
         if rec.intent_seq is None:
             if cur.status not in _OPEN_FOR_INTENT:

@@ -174,3 +174,30 @@ def test_status_shows_the_group_and_its_offsets(scenario: Scenario, control: Con
     scenario.expect("0")
     scenario.expect("1")
     scenario.audit()
+
+
+def test_a_partly_committed_batch_moves_the_offsets_with_its_repair(
+        scenario: Scenario, control: ControlClient, make_topic: Callable[..., str]) -> None:
+    from tests.core.support import wait_not_ongoing
+    from twopc.decisions import BatchOutcome
+
+    source, group = make_topic(2), f"g-{uuid.uuid4().hex[:8]}"
+    offsets = ends(group, source, 14, 15)
+    # Partitions 0-2 commit; partition 3's transaction (the carrier: committed last) times out
+    # while the driver is down.
+    long = scenario.write("0", [scenario.txn("0", p) for p in range(3)])
+    short = scenario.write("0", [scenario.txn("0", 3)], timeout_ms=4000)
+    assert scenario.drive("commit", "0", long + short, margin_ms=200, offsets=offsets.to_obj(),
+                          crash_at="coordinator.after_endtxn_n_minus_1") == {"killed": True}
+    wait_not_ongoing(control, [r.handle for r in short if r.handle is not None])
+    coord = scenario.coordinator(control)
+    report = coord.recover()
+    assert report.batches[0].outcome is BatchOutcome.PARTIAL
+    # The carrier aborted: the offsets did not move, though three partitions are visible.
+    assert group_offsets(scenario, group, source) == {(source, 0): -1, (source, 1): -1}
+    # The deterministic re-run repairs the batch; its commit of the lost partition carries them.
+    assert coord.commit("0", scenario.write("0"), offsets).status == "repaired"
+    assert group_offsets(scenario, group, source) == {(source, 0): 14, (source, 1): 15}
+    assert prepared(scenario, "0").offsets is not None
+    scenario.expect("0")
+    scenario.audit()

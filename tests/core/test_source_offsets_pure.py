@@ -119,6 +119,18 @@ def test_the_intent_offsets_are_in_the_folded_state() -> None:
     assert state.batch("0").offsets == offsets and state.batch("0").intent == ()
 
 
+def test_a_repair_without_offsets_keeps_those_its_visible_part_carried() -> None:
+    from twopc.records import Partial
+
+    offsets = SourceOffsets("g", (("src", 0, 9),), "b")
+    a, b = handle("a", 0), handle("b", 1)
+    records = [(0, Prepared("0", (a, b), offsets)), (1, Partial("0", 0, ("b",), ("a",))),
+               (2, Prepared("0", (handle("a2", 0),))), (3, Committed("0", 2, ()))]
+    state = fold(records).batch("0")
+    assert state.status is BatchStatus.COMMITTED and state.offsets == offsets
+    assert fold([(0, Prepared("1", (a,)))]).batch("1").offsets is None
+
+
 def test_the_carrier_is_committed_last() -> None:
     hs = [handle("a"), handle("b"), handle("c")]
     assert carrier_of(hs) is hs[-1] and carrier_of([]) is None

@@ -11,11 +11,12 @@ Prints one line `RESULT <json>` on success.
 
 Mode kafka reads `source_topic` with Spark's Kafka source (its jars: twopc.broker.artifacts), drops
 values starting with `drop-`, and writes the rest through kafka2pc with twopc.commitSourceOffsets =
-`group`. It runs `rounds` in order: each produces its `values` to the source topic (value i to
-partition i mod `source_partitions`), runs the query with trigger availableNow (maxOffsetsPerTrigger
-`max_offsets`), then reads the group's committed offsets (stable: no transaction holds them) and the
-last batch's end offsets from Spark's offsets log, and prints them as one line `ROUND <json>`. A round
-with "arm": true first creates the file named by TWOPC_CRASH_WHEN_EXISTS (the crash point then fires).
+`group` (`source_bootstrap`, if given, is the source's cluster). It runs `rounds` in order: each
+produces its `values` to the source topic (value i to partition i mod `source_partitions`), runs
+the query with trigger availableNow (maxOffsetsPerTrigger `max_offsets`), then reads the group's
+committed offsets (stable: no transaction holds them) and the last batch's end offsets from Spark's
+offsets log, and prints them as one line `ROUND <json>`. A round with "arm": true first creates the
+file named by TWOPC_CRASH_WHEN_EXISTS (the crash point then fires).
 """
 
 from __future__ import annotations
@@ -101,7 +102,8 @@ def _kafka_rounds(spark: Any, cfg: dict[str, Any], options: dict[str, str]) -> N
 
     offsets_dir = Path(cfg["spark_checkpoint"]) / "offsets"
     parts = cfg["source_partitions"]
-    producer = Producer({"bootstrap.servers": cfg["bootstrap"]})
+    source = cfg.get("source_bootstrap", cfg["bootstrap"])  # the source may be another cluster
+    producer = Producer({"bootstrap.servers": source})
     for number, round_ in enumerate(cfg["rounds"]):
         for i, value in enumerate(round_["values"]):
             producer.produce(cfg["source_topic"], value.encode(), partition=i % parts)
@@ -111,7 +113,7 @@ def _kafka_rounds(spark: Any, cfg: dict[str, Any], options: dict[str, str]) -> N
             Path(os.environ["TWOPC_CRASH_WHEN_EXISTS"]).touch()
         query = (
             spark.readStream.format("kafka")
-            .option("kafka.bootstrap.servers", cfg["bootstrap"])
+            .option("kafka.bootstrap.servers", source)
             .option("subscribe", cfg["source_topic"])
             .option("startingOffsets", "earliest")
             .option("maxOffsetsPerTrigger", cfg["max_offsets"])

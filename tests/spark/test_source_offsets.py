@@ -126,3 +126,33 @@ def test_driver_killed_at_point(point: str, broker: KafkaUnderTest, setup: dict[
     assert sum(o for _, _, o in last["ends"]) == 3 * PER_ROUND
     report = audit_topic(broker.config(), setup["topic"], values("a") + values("b") + values("c"))
     assert report.passed, report.summary()
+
+
+@pytest.mark.slow
+def test_source_on_another_cluster(broker: KafkaUnderTest, setup: dict[str, Any]) -> None:
+    """The offsets go to the cluster written to. Until that cluster has a topic of the source's
+    name, it refuses them: the batch aborts whole through Spark's abort() (nothing visible, the
+    group unchanged); with a placeholder topic there, the re-run commits records and offsets."""
+    from twopc.broker import LocalKafka
+
+    with LocalKafka() as other:
+        source = KafkaUnderTest("source", other.bootstrap_servers, local=other)
+        name = source.create_topic(SOURCE_PARTITIONS, name=setup["source_topic"] + "-src")
+        cfg = {**setup, "source_bootstrap": other.bootstrap_servers, "source_topic": name}
+        refused = run_driver("kafka", {**cfg, "rounds": [{"values": values("x")}]},
+                             timeout_s=RUN_S)
+        assert refused.returncode not in (0, -signal.SIGKILL), errors_of(refused.stderr)
+        assert "SourceOffsetsRefused" in refused.stderr, errors_of(refused.stderr)
+        assert "UNKNOWN_TOPIC_OR_PARTITION" in refused.stderr
+        assert rounds_of(refused.stdout) == []
+        ends = [[name, p, 0] for p in range(SOURCE_PARTITIONS)]
+        assert committed(broker, setup["group"], ends) == [[name, p, -1] for p in range(3)]
+        assert audit_topic(broker.config(), setup["topic"], []).passed  # nothing visible
+
+        broker.create_topic(SOURCE_PARTITIONS, name=name)  # an empty placeholder on the target
+        again = run_driver("kafka", {**cfg, "rounds": [{"values": values("y")}]}, timeout_s=RUN_S)
+        assert again.returncode == 0, errors_of(again.stderr)
+        [last] = check_rounds(again, 1)
+        assert sum(o for _, _, o in last["ends"]) == 2 * PER_ROUND
+    report = audit_topic(broker.config(), setup["topic"], values("x") + values("y"))
+    assert report.passed, report.summary()
