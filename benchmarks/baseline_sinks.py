@@ -54,6 +54,9 @@ class _PlainWriter(DataSourceArrowWriter):
     def __init__(self, options: dict[str, str]) -> None:
         self.bootstrap = options["kafka.bootstrap.servers"]
         self.topic = options["topic"]
+        # Other kafka.* options are producer settings, as for Spark's own sink and kafka2pc.
+        self.producer_config = {k[len("kafka."):]: v for k, v in options.items()
+                                if k.startswith("kafka.") and k != "kafka.bootstrap.servers"}
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> RowCount:
         from confluent_kafka import KafkaError, Producer
@@ -64,8 +67,9 @@ class _PlainWriter(DataSourceArrowWriter):
             if err is not None:
                 failed.append(err)
 
-        producer = Producer({"bootstrap.servers": self.bootstrap, "enable.idempotence": True,
-                             "linger.ms": 5, "on_delivery": on_delivery})
+        producer = Producer({"linger.ms": 5, **self.producer_config,
+                             "bootstrap.servers": self.bootstrap, "enable.idempotence": True,
+                             "on_delivery": on_delivery})
         produce, poll, topic = producer.produce, producer.poll, self.topic
         rows = 0
         for batch in iterator:

@@ -41,13 +41,16 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` and `twopc` 
 from benchmarks import baseline_sinks
 from benchmarks.common import (
     RESULTS_DIR,
+    CpuSampler,
     SparkKafkaUnavailable,
     Spread,
     Stopwatch,
+    broker_pid,
     broker_version,
     create_topic,
     kafka,
     machine_info,
+    process_cpu_s,
     pyplot,
     spark_kafka_jars,
     spark_session,
@@ -70,6 +73,17 @@ LABELS = {
 KEY_DIGITS = 10
 
 
+def label(mode: str) -> str:
+    if mode in LABELS:
+        return LABELS[mode]
+    extra = VARIANTS.get(mode.partition(":")[2], {})
+    return f"kafka2pc with {', '.join(f'{k}={v}' for k, v in extra.items())}"
+
+
+def is_twopc(mode: str) -> bool:
+    return mode == TWOPC or mode.startswith(TWOPC + ":")
+
+
 class AuditFailed(RuntimeError):
     """A twopc run's topic did not hold every record exactly once: the run's timing is void."""
 
@@ -81,6 +95,12 @@ class ModeResult:
     value_size: int
     seconds: list[float] = field(default_factory=list)
     audits: list[str] = field(default_factory=list)
+    cpu: list[dict[str, float]] = field(default_factory=list)  # per run, CPU seconds by part
+    loads: list[tuple[float, float, float]] = field(default_factory=list)  # per run, load before
+
+    def cpu_median(self) -> dict[str, float]:
+        parts = sorted({k for run in self.cpu for k in run})
+        return {k: Spread.of([run.get(k, 0.0) for run in self.cpu]).median for k in parts}
 
     @property
     def spread(self) -> Spread:
@@ -97,7 +117,7 @@ class ModeResult:
     def as_dict(self, base: float | None) -> dict[str, Any]:
         return {
             "mode": self.mode,
-            "label": LABELS[self.mode],
+            "label": label(self.mode),
             "rows": self.rows,
             "seconds": self.seconds,
             "seconds_spread": self.spread.as_dict(),
@@ -106,7 +126,16 @@ class ModeResult:
             "mb_per_s": self.mb_per_s,
             "ratio_to_builtin": (self.records_per_s / base) if base else None,
             "audits": self.audits,
+            "cpu_s_runs": self.cpu,
+            "cpu_s_median": self.cpu_median() if self.cpu else None,
+            "load_average_before_runs": self.loads,
         }
+
+
+def spark_jvm_pid(spark: Any) -> int | None:
+    """The process id of the local-mode Spark JVM (driver and executors), for its CPU time."""
+    proc = getattr(spark.sparkContext._gateway, "proc", None)  # PySpark's launcher
+    return getattr(proc, "pid", None)
 
 
 def key_of(i: int) -> str:
@@ -154,11 +183,17 @@ def produce_plain(bootstrap: str, topic: str, records: Sequence[tuple[bytes, byt
 
 # kafka2pc options given on the command line (--option KEY=VALUE), e.g. producer settings to try.
 EXTRA_OPTIONS: dict[str, str] = {}
+# Options of every Spark sink mode (--sink-option KEY=VALUE: builtin, py-plain and kafka2pc alike),
+# e.g. kafka.compression.type=lz4 for a like-for-like comparison of a producer setting.
+SINK_OPTIONS: dict[str, str] = {}
+# More kafka2pc modes, measured in the same alternation (--variant NAME:KEY=VALUE,...): the mode
+# "twopc:NAME" runs kafka2pc with these options on top, to weigh a setting side by side.
+VARIANTS: dict[str, dict[str, str]] = {}
 
 
 def twopc_options(bootstrap: str, topic: str, workdir: Path, timeout_ms: int) -> dict[str, str]:
     tag = uuid.uuid4().hex[:10]
-    return EXTRA_OPTIONS | {
+    return SINK_OPTIONS | EXTRA_OPTIONS | {
         "kafka.bootstrap.servers": bootstrap,
         "topic": topic,
         "twopc.checkpoint": (workdir / f"twopc-{tag}").as_uri(),
@@ -202,7 +237,7 @@ def run(bootstrap: str, spark: Any, *, rows: int = 2_000_000, runs: int = 3, par
             return sw.seconds
         return measure
 
-    common = {"kafka.bootstrap.servers": bootstrap}
+    common = {**SINK_OPTIONS, "kafka.bootstrap.servers": bootstrap}
     measures: dict[str, Callable[[str], float]] = {
         CEILING: lambda topic: produce_plain(bootstrap, topic, records),
         BUILTIN: spark_write("kafka", common),
@@ -211,6 +246,12 @@ def run(bootstrap: str, spark: Any, *, rows: int = 2_000_000, runs: int = 3, par
         TWOPC: lambda topic: spark_write(
             "kafka2pc", twopc_options(bootstrap, topic, workdir, timeout_ms))(topic),
     }
+    def variant(extra: dict[str, str]) -> Callable[[str], float]:
+        return lambda topic: spark_write(
+            "kafka2pc", twopc_options(bootstrap, topic, workdir, timeout_ms) | extra)(topic)
+
+    for name, extra in VARIANTS.items():
+        measures[f"{TWOPC}:{name}"] = variant(extra)
     # Warm-up, not measured: worker processes, connections, the broker's first topics, and the
     # JVM's JIT, which needs whole runs: with a 5,000-row warm-up the built-in sink's first
     # measured run took twice as long as its later ones (2026-11-23).
@@ -220,14 +261,22 @@ def run(bootstrap: str, spark: Any, *, rows: int = 2_000_000, runs: int = 3, par
             log(f"warm-up   {mode:<9} {seconds:8.2f} s (not counted)")
 
     results = {m: ModeResult(m, rows, value_size) for m in modes}
+    jvm = spark_jvm_pid(spark)
     for r in range(runs):
         order = list(modes) if r % 2 == 0 else list(reversed(modes))
         for mode in order:
             topic = create_topic(bootstrap, partitions)
-            seconds = measures[mode](topic)
+            results[mode].loads.append(os.getloadavg())
+            with CpuSampler(jvm, broker_pid()) as sampler:
+                seconds = measures[mode](topic)
+            cpu = sampler.parts
             results[mode].seconds.append(seconds)
-            line = f"run {r + 1}/{runs} {mode:<9} {seconds:8.2f} s  {rows / seconds:10.0f} rec/s"
-            if mode == TWOPC and audit:
+            results[mode].cpu.append(cpu)
+            line = (f"run {r + 1}/{runs} {mode:<9} {seconds:8.2f} s  {rows / seconds:10.0f} rec/s  "
+                    f"CPU {cpu['total']:6.2f} s (Spark JVM {cpu['spark_jvm']:.2f}, Python "
+                    f"{cpu['python_workers']:.2f}, broker {cpu['broker']:.2f}, this process "
+                    f"{cpu['benchmark_process']:.2f})")
+            if is_twopc(mode) and audit:
                 results[mode].audits.append(audit_count(bootstrap, topic, rows))
                 line += "  audit PASS"
             log(line)
@@ -237,12 +286,27 @@ def run(bootstrap: str, spark: Any, *, rows: int = 2_000_000, runs: int = 3, par
 
 # --- profile of twopc's executor path, outside Spark ------------------------------------------------
 
-def profile_executor_path(bootstrap: str, rows: int, value_size: int, top: int = 25) -> dict[str, Any]:
-    """cProfile of what one kafka2pc task runs on `rows` rows (Arrow batches -> the writer's
-    `Columns` blocks -> write_partition), and the same rows through a plain idempotent producer,
-    timed in-process."""
+def _cpu_s() -> float:
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def profile_executor_path(bootstrap: str, rows: int, value_size: int, top: int = 25,
+                          repeats: int = 5) -> dict[str, Any]:
+    """Where one kafka2pc task's time goes, outside Spark, on `rows` rows (Arrow batches -> the
+    writer's `Columns` blocks -> write_partition):
+    - `cost_ns_per_record`: CPU per record of each part, the least of `repeats` runs (CPU time,
+      which a loaded machine disturbs less than wall time): the Arrow -> bytes conversion and the
+      checksum alone, the whole task on the calling thread (conversion, checksum, produce() calls,
+      fixed costs), the task in all of this process's threads (librdkafka's too), the broker's
+      process, and a plain idempotent producer (no transaction, no checksum) on the same rows;
+    - `twopc_profile_tottime`: a cProfile of one more task (map() hides produce() in the loop's
+      own time)."""
     import pyarrow as pa
 
+    from twopc.checksum import identity_hashes, record_hashes
     from twopc.control import ControlClient, EndTxnRequest
     from twopc.spark.schema import rows_from_batches
     from twopc.writer import Columns, write_partition
@@ -252,33 +316,67 @@ def profile_executor_path(bootstrap: str, rows: int, value_size: int, top: int =
     batches = [pa.RecordBatch.from_pydict({"key": keys[i:i + 10_000],
                                            "value": [k + filler for k in keys[i:i + 10_000]]})
                for i in range(0, rows, 10_000)]
-    out: dict[str, Any] = {"rows": rows}
+    out: dict[str, Any] = {"rows": rows, "load_average_before": os.getloadavg()}
+    kafka_pid = broker_pid()
+    costs: dict[str, list[float]] = {k: [] for k in (
+        "arrow_to_bytes", "checksum", "task_calling_thread", "task_all_threads", "broker",
+        "plain_producer_all_threads", "plain_producer_broker")}
+    walls: list[float] = []
+
+    def broker_cpu() -> float:
+        return process_cpu_s(kafka_pid)
+
     with ControlClient({"bootstrap.servers": bootstrap}) as control:
-        topic = create_topic(bootstrap, 8)
-        profiler = cProfile.Profile()
-        began = time.perf_counter()
-        profiler.enable()
-        result = write_partition({"bootstrap.servers": bootstrap}, f"prof-{uuid.uuid4().hex[:8]}-0-0",
-                                 rows_from_batches(batches, 0, topic), batch="p", task_partition=0,
-                                 attempt=0, default_topic=topic, transaction_timeout_ms=120_000,
-                                 control=control)
-        profiler.disable()
-        out["twopc_task_s"] = time.perf_counter() - began
-        handle = result.handle
-        assert handle is not None
-        control.end_txns([EndTxnRequest(handle.transactional_id, handle.producer_id, handle.epoch,
-                                        True)])
-    text = io.StringIO()
-    stats = pstats.Stats(profiler, stream=text)
-    stats.sort_stats("tottime").print_stats(top)
-    out["twopc_profile_tottime"] = text.getvalue()
+        for r in range(repeats + 1):
+            profiler = cProfile.Profile() if r == repeats else None
+            topic = create_topic(bootstrap, 8)
+            thread0, cpu0, broker0, wall0 = time.thread_time(), _cpu_s(), broker_cpu(), \
+                time.perf_counter()
+            if profiler is not None:
+                profiler.enable()
+            result = write_partition(
+                {"bootstrap.servers": bootstrap}, f"prof-{uuid.uuid4().hex[:8]}-0-0",
+                rows_from_batches(batches, 0, topic), batch="p", task_partition=0, attempt=0,
+                default_topic=topic, transaction_timeout_ms=120_000, control=control)
+            if profiler is not None:
+                profiler.disable()
+                text = io.StringIO()
+                pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(top)
+                out["twopc_profile_tottime"] = text.getvalue()
+            else:
+                walls.append(time.perf_counter() - wall0)
+                costs["task_calling_thread"].append(time.thread_time() - thread0)
+                costs["task_all_threads"].append(_cpu_s() - cpu0)
+                costs["broker"].append(broker_cpu() - broker0)
+            handle = result.handle
+            assert handle is not None
+            control.end_txns([EndTxnRequest(handle.transactional_id, handle.producer_id,
+                                            handle.epoch, True)])
     pairs = [(k.encode(), (k + filler).encode()) for k in keys]
-    out["plain_same_rows_s"] = produce_plain(bootstrap, create_topic(bootstrap, 8), pairs)
-    began = time.perf_counter()
-    converted = sum(len(r) if isinstance(r, Columns) else 1
-                    for r in rows_from_batches(batches, 0, "t"))
-    out["arrow_to_rows_s"] = time.perf_counter() - began
-    assert converted == rows
+    plain_walls = []
+    for _ in range(repeats):
+        topic = create_topic(bootstrap, 8)
+        cpu0, broker0 = _cpu_s(), broker_cpu()
+        plain_walls.append(produce_plain(bootstrap, topic, pairs))
+        costs["plain_producer_all_threads"].append(_cpu_s() - cpu0)
+        costs["plain_producer_broker"].append(broker_cpu() - broker0)
+    for _ in range(repeats):
+        thread0 = time.thread_time()
+        blocks = [b for b in rows_from_batches(batches, 0, "t") if isinstance(b, Columns)]
+        costs["arrow_to_bytes"].append(time.thread_time() - thread0)
+        assert sum(len(b) for b in blocks) == rows
+        thread0 = time.thread_time()
+        for b in blocks:
+            for lo in range(0, len(b), 4096):  # the writer's chunks
+                record_hashes(identity_hashes("t", list(b.values[lo:lo + 4096]),
+                                              list(b.keys[lo:lo + 4096] if b.keys else [])))
+        costs["checksum"].append(time.thread_time() - thread0)
+    if kafka_pid is None:
+        del costs["broker"], costs["plain_producer_broker"]
+    out["cost_ns_per_record"] = {k: round(min(v) / rows * 1e9) for k, v in costs.items()}
+    out["twopc_task_s"] = Spread.of(walls).median
+    out["plain_same_rows_s"] = Spread.of(plain_walls).median
+    out["load_average_after"] = os.getloadavg()
     return out
 
 
@@ -320,13 +418,19 @@ def phase_breakdown(bootstrap: str, df: Any, workdir: Path, timeout_ms: int, par
 def format_table(results: dict[str, ModeResult]) -> str:
     base = results[BUILTIN].records_per_s if BUILTIN in results else None
     lines = [f"{'mode':<9}  {'median s':>9}  {'min-max s':>13}  {'records/s':>10}  {'MB/s':>7}  "
-             f"{'vs builtin':>10}  what"]
+             f"{'vs builtin':>10}  {'CPU s':>6}  what"]
     for mode, r in results.items():
         sp = r.spread
         ratio = f"{r.records_per_s / base:9.2f}x" if base else f"{'n/a':>10}"
+        cpu = f"{r.cpu_median()['total']:6.2f}" if r.cpu else f"{'n/a':>6}"
         lines.append(f"{mode:<9}  {sp.median:9.2f}  {sp.low:6.2f}-{sp.high:<6.2f}  "
-                     f"{r.records_per_s:10.0f}  {r.mb_per_s:7.1f}  {ratio}  {LABELS[mode]}")
+                     f"{r.records_per_s:10.0f}  {r.mb_per_s:7.1f}  {ratio}  {cpu}  {label(mode)}")
+    lines.append("CPU s: median CPU seconds of a run, all processes (Spark JVM, its Python workers, "
+                 "the broker, this process)")
     return "\n".join(lines)
+
+
+CPU_PARTS = ("spark_jvm", "python_workers", "broker", "benchmark_process")
 
 
 def plot(results: dict[str, ModeResult], path: Path, title: str) -> Path:
@@ -335,9 +439,13 @@ def plot(results: dict[str, ModeResult], path: Path, title: str) -> Path:
     medians = [results[m].records_per_s / 1000 for m in modes]
     lows = [results[m].rows / results[m].spread.high / 1000 for m in modes]
     highs = [results[m].rows / results[m].spread.low / 1000 for m in modes]
-    fig, ax = plt.subplots(figsize=(8, 4.2))
+    with_cpu = all(results[m].cpu for m in modes)
+    fig, axes = plt.subplots(1, 2 if with_cpu else 1, figsize=(13 if with_cpu else 8, 4.2),
+                             squeeze=False)
+    ax = axes[0][0]
     colors = ["#888888" if m in (CEILING, PY_NOOP, PY_PLAIN) else
-              ("#1f77b4" if m == BUILTIN else "#d62728") for m in modes]
+              ("#1f77b4" if m == BUILTIN else ("#d62728" if m == TWOPC else "#ff9896"))
+              for m in modes]
     below = [m - lo for m, lo in zip(medians, lows, strict=True)]
     above = [h - m for m, h in zip(medians, highs, strict=True)]
     ax.barh(modes, medians, color=colors, xerr=[below, above], capsize=4)
@@ -347,6 +455,18 @@ def plot(results: dict[str, ModeResult], path: Path, title: str) -> Path:
     ax.set_xlabel("thousand records per second (median; bars: min-max over runs)")
     ax.set_title(title, fontsize=10)
     ax.set_xlim(0, max(highs) * 1.25)
+    if with_cpu:
+        cx = axes[0][1]
+        left = [0.0] * len(modes)
+        for part, color in zip(CPU_PARTS, ("#1f77b4", "#ff7f0e", "#2ca02c", "#999999"),
+                               strict=True):
+            widths = [results[m].cpu_median().get(part, 0.0) for m in modes]
+            cx.barh(modes, widths, left=left, color=color, label=part.replace("_", " "))
+            left = [a + b for a, b in zip(left, widths, strict=True)]
+        cx.invert_yaxis()
+        cx.set_xlabel("CPU seconds per run (median of each part)")
+        cx.set_title("where the CPU goes (all processes)", fontsize=10)
+        cx.legend(fontsize=8, loc="best", framealpha=0.8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -356,7 +476,8 @@ def plot(results: dict[str, ModeResult], path: Path, title: str) -> Path:
 def replot(results_file: Path) -> int:
     data = json.loads(results_file.read_text())
     p = data["params"]
-    results = {r["mode"]: ModeResult(r["mode"], r["rows"], p["value_size"], r["seconds"])
+    results = {r["mode"]: ModeResult(r["mode"], r["rows"], p["value_size"], r["seconds"],
+                                     r.get("audits", []), r.get("cpu_s_runs") or [])
                for r in data["results"]}
     png = plot(results, results_file.with_suffix(".png"),
                f"{p['rows']:,} rows x {p['value_size']} B, {p['partitions']} partitions, "
@@ -369,7 +490,7 @@ def replot(results_file: Path) -> int:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--rows", type=int, default=2_000_000)
-    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--partitions", type=int, default=8)
     ap.add_argument("--value-size", type=int, default=256)
     ap.add_argument("--modes", default=",".join(MODES),
@@ -381,21 +502,39 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-audit", action="store_true", help="skip the audit of twopc's topics")
     ap.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                     help="an extra kafka2pc option (repeatable), e.g. kafka.linger.ms=20")
+    ap.add_argument("--sink-option", action="append", default=[], metavar="KEY=VALUE",
+                    help="an option of every Spark sink mode (repeatable), e.g. "
+                    "kafka.compression.type=lz4 for builtin, py-plain and kafka2pc alike")
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME:KEY=VALUE[,...]",
+                    help="one more kafka2pc mode, twopc:NAME, with these options (repeatable), "
+                    "e.g. linger20:kafka.linger.ms=20")
     ap.add_argument("--profile", action="store_true",
                     help="also cProfile twopc's executor path on one partition's rows")
     ap.add_argument("--name", default="throughput", help="results file name (without .json)")
     ap.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
     ap.add_argument("--replot", type=Path, help="only draw the plot of an earlier results file")
     args = ap.parse_args(argv)
-    for item in args.option:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            ap.error(f"--option {item!r} is not KEY=VALUE")
-        EXTRA_OPTIONS[key] = value
+    def pairs(flag: str, items: list[str]) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for item in items:
+            key, sep, value = item.partition("=")
+            if not sep or not key:
+                ap.error(f"{flag} {item!r} is not KEY=VALUE")
+            out[key] = value
+        return out
+
+    EXTRA_OPTIONS.update(pairs("--option", args.option))
+    SINK_OPTIONS.update(pairs("--sink-option", args.sink_option))
+    for item in args.variant:
+        name, sep, rest = item.partition(":")
+        if not sep or not name or not rest:
+            ap.error(f"--variant {item!r} is not NAME:KEY=VALUE[,KEY=VALUE]")
+        VARIANTS[name] = pairs("--variant", rest.split(","))
     if args.replot:
         return replot(args.replot)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    unknown = sorted(set(modes) - set(MODES))
+    modes += [f"{TWOPC}:{name}" for name in VARIANTS if f"{TWOPC}:{name}" not in modes]
+    unknown = sorted(set(modes) - set(MODES) - {f"{TWOPC}:{name}" for name in VARIANTS})
     if unknown:
         ap.error(f"unknown modes {unknown}; known: {', '.join(MODES)}")
 
@@ -439,7 +578,9 @@ def main(argv: list[str] | None = None) -> int:
     payload = {
         "benchmark": "throughput",
         "command": " ".join(["benchmarks/bench_throughput.py", *(argv or sys.argv[1:])]),
-        "params": {"rows": args.rows, "runs": args.runs, "warmup_runs": args.warmup_runs,
+        "params": {"sink_options": SINK_OPTIONS, "twopc_options": EXTRA_OPTIONS,
+                   "variants": VARIANTS, "rows": args.rows, "runs": args.runs,
+                   "warmup_runs": args.warmup_runs,
                    "partitions": args.partitions,
                    "value_size": args.value_size, "master": args.master,
                    "txn_timeout_ms": args.txn_timeout_ms},
@@ -460,9 +601,10 @@ def main(argv: list[str] | None = None) -> int:
               f"span {ph['tasks_span_s']:.2f} s (each {min(ph['task_s']):.2f}-{max(ph['task_s']):.2f} s)"
               f", last task to commit {ph['last_task_to_commit_s']:.2f} s, commit "
               f"{ph['commit_s']:.2f} s, after commit {ph['after_commit_s']:.2f} s")
-        print(f"profile of one task's path ({profile['rows']} rows): twopc "
-              f"{profile['twopc_task_s']:.2f} s, plain producer {profile['plain_same_rows_s']:.2f} s, "
-              f"Arrow->rows alone {profile['arrow_to_rows_s']:.2f} s")
+        print(f"one task's path outside Spark ({profile['rows']} rows): twopc "
+              f"{profile['twopc_task_s']:.2f} s, plain producer {profile['plain_same_rows_s']:.2f} s; "
+              "CPU ns per record: " + ", ".join(
+                  f"{k} {v}" for k, v in profile["cost_ns_per_record"].items()))
         print(profile["twopc_profile_tottime"])
     print(f"results: {path}  plot: {png}")
     return 0

@@ -31,9 +31,20 @@ class SparkKafkaUnavailable(RuntimeError):
 
 # --- the broker ------------------------------------------------------------------------------------
 
+_broker_pid: int | None = None
+
+
+def broker_pid() -> int | None:
+    """The process id of the broker `kafka()` started (for its CPU time), or of an external one
+    named by TWOPC_BENCH_BROKER_PID; None when unknown."""
+    named = os.environ.get("TWOPC_BENCH_BROKER_PID")
+    return int(named) if named else _broker_pid
+
+
 @contextmanager
 def kafka(heap_mb: int = 1024) -> Iterator[str]:
     """Bootstrap servers: TWOPC_BOOTSTRAP_SERVERS, or an embedded broker started (and stopped) here."""
+    global _broker_pid
     external = os.environ.get("TWOPC_BOOTSTRAP_SERVERS")
     if external:
         yield external
@@ -46,6 +57,7 @@ def kafka(heap_mb: int = 1024) -> Iterator[str]:
     data_dir = Path(tempfile.mkdtemp(prefix="twopc-bench-broker-"))
     try:
         with LocalKafka(BrokerSpec(heap_mb=heap_mb), data_dir=data_dir) as local:
+            _broker_pid = local.nodes[0].pid if len(local.nodes) == 1 else None
             try:
                 yield local.bootstrap_servers
             except BaseException:
@@ -55,6 +67,7 @@ def kafka(heap_mb: int = 1024) -> Iterator[str]:
                           f"{node.log_tail(6000)}", file=sys.stderr)
                 raise
     finally:
+        _broker_pid = None
         shutil.rmtree(data_dir, ignore_errors=True)
 
 
@@ -176,6 +189,125 @@ class Stopwatch:
         self.seconds = time.perf_counter() - self._began
 
 
+# --- CPU time, which the machine's load disturbs far less than wall-clock time ----------------------
+
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return raw.rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+
+
+def process_cpu_s(pid: int | None) -> float:
+    """CPU seconds (user + system, all threads) process `pid` has spent so far; 0 when unknown."""
+    fields = None if pid is None else _stat_fields(pid)
+    return 0.0 if fields is None else (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def _parents() -> dict[int, int]:
+    out: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            fields = _stat_fields(int(entry.name))
+            if fields is not None:
+                out[int(entry.name)] = int(fields[1])
+    return out
+
+
+def _tree(roots: Sequence[int], parents: Mapping[int, int]) -> set[int]:
+    tree = set(roots)
+    grown = True
+    while grown:
+        grown = False
+        for pid, ppid in parents.items():
+            if ppid in tree and pid not in tree:
+                tree.add(pid)
+                grown = True
+    return tree
+
+
+class CpuSampler:
+    """CPU seconds (user + system) spent by the parts of a benchmark run while it is open, from
+    /proc (Linux): the Spark JVM's own threads, its descendants (PySpark's daemon and Python
+    workers), the broker's process tree, and this process.
+
+    Each process's own time is sampled every `interval_s` in a thread: a process that exits during
+    the window counts with its last sample (PySpark's daemon does not wait for its workers, so
+    their time never reaches a parent's children-time), and no time is counted twice."""
+
+    def __init__(self, spark_jvm: int | None, broker: int | None,
+                 interval_s: float = 0.5) -> None:
+        import threading
+
+        self._spark_jvm = spark_jvm
+        self._broker = broker
+        self._interval_s = interval_s
+        self._first: dict[int, float] = {}
+        self._last: dict[int, tuple[str, float]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cpu-sampler", daemon=True)
+        self._self_before = 0.0
+        self.parts: dict[str, float] = {}
+
+    def _sample(self) -> dict[int, tuple[str, float]]:
+        parents = _parents()
+        out: dict[int, tuple[str, float]] = {}
+        for root, inner, outer in ((self._spark_jvm, "spark_jvm", "python_workers"),
+                                   (self._broker, "broker", "broker")):
+            if root is None:
+                continue
+            for pid in _tree([root], parents):
+                if pid in parents:
+                    out[pid] = (inner if pid == root else outer, process_cpu_s(pid))
+        return out
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            self._last.update(self._sample())
+
+    def __enter__(self) -> CpuSampler:
+        import resource
+
+        first = self._sample()
+        self._first = {pid: cpu for pid, (_, cpu) in first.items()}
+        self._last = dict(first)
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        self._self_before = usage.ru_utime + usage.ru_stime
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        import resource
+
+        self._stop.set()
+        self._thread.join()
+        self._last.update(self._sample())
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        parts = {"spark_jvm": 0.0, "python_workers": 0.0, "broker": 0.0,
+                 "benchmark_process": usage.ru_utime + usage.ru_stime - self._self_before}
+        for pid, (part, cpu) in self._last.items():
+            parts[part] += cpu - self._first.get(pid, 0.0)
+        parts = {k: round(v, 3) for k, v in parts.items()}
+        parts["total"] = round(sum(parts.values()), 3)
+        self.parts = parts
+
+
+def git_commit(path: Path = BENCH_DIR) -> str:
+    """The commit the benchmark ran on, with "+dirty" when the work tree differs from it."""
+    try:
+        rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=path, capture_output=True,
+                             text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=path,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return rev + ("+dirty" if dirty else "")
+
+
 # --- the machine and results -----------------------------------------------------------------------
 
 def machine_info() -> dict[str, Any]:
@@ -210,6 +342,7 @@ def machine_info() -> dict[str, Any]:
         "librdkafka": confluent_kafka.libversion()[0],
         "java": (java.stderr.splitlines() or ["?"])[0],
         "kernel": platform.release(),
+        "commit": git_commit(),
         "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
 

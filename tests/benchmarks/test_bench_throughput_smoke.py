@@ -35,18 +35,33 @@ def _run(broker: KafkaUnderTest, tmp_path: Path, modes: str, *extra: str,
 
 
 def test_python_modes_and_twopc_with_audit(broker: KafkaUnderTest, tmp_path: Path) -> None:
-    payload = _run(broker, tmp_path, "ceiling,py-noop,py-plain,twopc", "--profile")
+    payload = _run(broker, tmp_path, "ceiling,py-noop,py-plain,twopc", "--profile",
+                   "--variant", "l20:kafka.linger.ms=20")
     results = {r["mode"]: r for r in payload["results"]}  # type: ignore[attr-defined]
-    assert list(results) == ["ceiling", "py-noop", "py-plain", "twopc"]
+    assert list(results) == ["ceiling", "py-noop", "py-plain", "twopc", "twopc:l20"]
     for r in results.values():
         assert r["rows"] == ROWS and len(r["seconds"]) == 2
         assert all(s > 0 for s in r["seconds"]) and r["records_per_s"] > 0
         assert r["ratio_to_builtin"] is None  # no built-in sink in this run: no ratio invented
-    assert len(results["twopc"]["audits"]) == 2
-    assert all(a.startswith("PASS") and f"{ROWS} distinct ids" in a for a in results["twopc"]["audits"])
+        assert len(r["cpu_s_runs"]) == 2 and len(r["load_average_before_runs"]) == 2
+        assert all(run["total"] > 0 for run in r["cpu_s_runs"])
+    # Every Spark mode's CPU includes the Spark JVM's; the ceiling runs in the benchmark's process.
+    assert all(run["spark_jvm"] > 0 for m in ("py-noop", "py-plain", "twopc")
+               for run in results[m]["cpu_s_runs"])
+    assert all(run["benchmark_process"] > 0 for run in results["ceiling"]["cpu_s_runs"])
+    assert results["twopc:l20"]["label"] == "kafka2pc with kafka.linger.ms=20"
+    for mode in ("twopc", "twopc:l20"):
+        assert len(results[mode]["audits"]) == 2
+        assert all(a.startswith("PASS") and f"{ROWS} distinct ids" in a
+                   for a in results[mode]["audits"])
     phases = payload["profile"]["phases"]  # type: ignore[index]
     assert sum(phases["task_rows"]) == ROWS and phases["commit_s"] > 0
+    costs = payload["profile"]["cost_ns_per_record"]  # type: ignore[index]
+    assert costs["task_all_threads"] >= costs["task_calling_thread"] > 0
+    assert costs["checksum"] > 0 and costs["arrow_to_bytes"] > 0
     assert payload["machine"]["nproc"] >= 1  # type: ignore[index]
+    assert payload["machine"]["commit"] not in ("", "unknown")  # type: ignore[index]
+    assert payload["params"]["variants"] == {"l20": {"kafka.linger.ms": "20"}}  # type: ignore[index]
 
 
 def test_builtin_sink_and_ratio(broker: KafkaUnderTest, tmp_path: Path) -> None:
