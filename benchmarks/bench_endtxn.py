@@ -1,26 +1,43 @@
-"""Commit-phase latency: EndTxn(commit) for N open transactions at once, from one ControlClient.
+"""Commit-phase latency for N open transactions: EndTxn alone, and the driver's whole commit().
 
     python benchmarks/bench_endtxn.py [--bootstrap-servers B] [--transactions 64] [--rounds 10]
 
 Without --bootstrap-servers it starts its own single broker (twopc.broker) and stops it after.
-Each round opens N transactions with real librdkafka producers (in this process, each dropped
-without close() after flush, so no EndTxn is sent), then times `end_txns` over all N.
-Reports p50/p99 of the whole commit phase, with and without the describe pre-check.
+- `endtxn_only`, `with_precheck`: each round opens N transactions with real librdkafka producers
+  (in this process, each dropped without close() after flush, so no EndTxn is sent), then times
+  `ControlClient.end_txns` over all N, without and with the describe pre-check;
+- `coordinator_commit`: each round pre-commits N transactions with twopc's own writer
+  (`write_partition`, N Spark partitions of a few records over an 8-partition topic), then times
+  `Coordinator.commit(batch, results)` on a local checkpoint log: every step of DESIGN.md section
+  2's driver (the guard's DescribeTransactions, the fsynced intent, EndTxn, ListTransactions for
+  losing attempts, the `committed` record, the check that the commit markers landed, the purge),
+  with the time of each step (`phases_ms`, p50 over rounds) and the driver process's CPU time
+  (`cpu_ms_p50`: what a loaded machine disturbs least). The committed records are audited.
+Reports p50/p99; results go to benchmarks/results/endtxn.json.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
+import tempfile
 import time
 import uuid
-from typing import Any
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, cast
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+if __package__ in (None, ""):  # run as a script: make `benchmarks` and `twopc` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.common import RESULTS_DIR, machine_info, write_results
 from twopc.control import ControlClient, EndTxnRequest
 
 
@@ -78,6 +95,97 @@ def run(bootstrap: str, n: int, rounds: int, connections: int = 8) -> dict[str, 
     return results
 
 
+class _Timed:
+    """Forwards every call to `target` and adds its duration to `phases[name]` (the benchmark's
+    view of where commit() spends its time; the coordinator sees the real object's behaviour)."""
+
+    def __init__(self, target: Any, phases: dict[str, float], prefix: str) -> None:
+        self._target = target
+        self._phases = phases
+        self._prefix = prefix
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._target, name)
+        if not callable(attr):
+            return attr
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            began = time.perf_counter()
+            try:
+                return attr(*args, **kwargs)
+            finally:
+                self._phases[self._prefix + name] += (time.perf_counter() - began) * 1000
+        return timed
+
+
+def precommit(bootstrap: str, topic: str, prefix: str, batch: str, n: int,
+              control: ControlClient) -> list[Any]:
+    """N pre-committed transactions from twopc's own writer: Spark partitions 0..N-1."""
+    from twopc.handle import transactional_id
+    from twopc.writer import Columns, write_partition
+
+    results = []
+    for p in range(n):
+        values = [f"{batch}-{p}-{i}".encode() for i in range(5)]
+        results.append(write_partition(
+            {"bootstrap.servers": bootstrap}, transactional_id(prefix, p, 0), [Columns(values, values)],
+            batch=batch, task_partition=p, attempt=0, default_topic=topic,
+            transaction_timeout_ms=120_000, control=control))
+    return results
+
+
+def run_commit(bootstrap: str, n: int, rounds: int, connections: int = 8,
+               log: Callable[[str], None] = print) -> dict[str, Any]:
+    """The driver's whole commit() of N transactions, `rounds` times (a new batch each)."""
+    from checkpoint import open_log
+    from twopc.audit import audit_topic, id_from_value, wait_until_stable
+    from twopc.coordinator import Coordinator
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    topic = f"bench-commit-{uuid.uuid4().hex[:8]}"
+    admin.create_topics([NewTopic(topic, 8, 1)])[topic].result(60)
+    prefix = f"bench-commit-{uuid.uuid4().hex[:6]}"
+    times: list[float] = []
+    cpus: list[float] = []  # this process's CPU during each commit (all threads), ms
+    phases: list[dict[str, float]] = []
+    with tempfile.TemporaryDirectory(prefix="bench-commit-") as tmp, ControlClient(
+            {"bootstrap.servers": bootstrap,
+             "twopc.control.connections.per.broker": str(connections)}) as control:
+        checkpoint = open_log(Path(tmp, "log").as_uri())
+        for r in range(rounds + 1):  # round 0 warms up (connections, caches): not counted
+            batch = str(r)
+            results = precommit(bootstrap, topic, prefix, batch, n, control)
+            spent: dict[str, float] = defaultdict(float)
+            coordinator = Coordinator(cast(Any, _Timed(checkpoint, spent, "log.")),
+                                      cast(Any, _Timed(control, spent, "control.")),
+                                      owner_kind="job", owner_id=prefix, prefix=prefix)
+            began, cpu_began = time.perf_counter(), time.process_time()
+            report = coordinator.commit(batch, results)
+            elapsed = (time.perf_counter() - began) * 1000
+            cpu_ms = (time.process_time() - cpu_began) * 1000
+            if report.status != "committed" or len(report.committed) != n:
+                raise SystemExit(f"benchmark commit failed: {report}")
+            if r:
+                times.append(elapsed)
+                cpus.append(cpu_ms)
+                phases.append(dict(spent))
+                log(f"commit {r}/{rounds}: {elapsed:7.1f} ms  " + ", ".join(
+                    f"{k} {v:.1f}" for k, v in sorted(spent.items(), key=lambda kv: -kv[1])[:6]))
+    config = {"bootstrap.servers": bootstrap}
+    wait_until_stable(config, topic, 30)
+    expected = [f"{r}-{p}-{i}" for r in range(rounds + 1) for p in range(n) for i in range(5)]
+    audit = audit_topic(config, topic, expected, id_of=id_from_value)
+    if not audit.passed:
+        raise SystemExit(f"audit of the committed records failed: {audit.summary()}")
+    names = sorted({k for ph in phases for k in ph})
+    return {"p50_ms": round(statistics.median(times), 2), "p99_ms": round(percentile(times, 0.99), 2),
+            "max_ms": round(max(times), 2), "runs_ms": [round(t, 2) for t in times],
+            "cpu_ms_p50": round(statistics.median(cpus), 2), "cpu_ms_min": round(min(cpus), 2),
+            "phases_ms": {k: round(statistics.median(ph.get(k, 0.0) for ph in phases), 2)
+                          for k in names},
+            "audit": audit.summary()}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -85,16 +193,32 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--transactions", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--connections", type=int, default=8, help="connections per broker")
+    ap.add_argument("--skip-endtxn-only", action="store_true",
+                    help="only the coordinator's whole commit()")
+    ap.add_argument("--name", default="endtxn", help="results file name (without .json)")
+    ap.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
     args = ap.parse_args(argv)
+    machine = machine_info()
+
+    def measure(bootstrap: str) -> dict[str, Any]:
+        report = ({"transactions": args.transactions, "rounds": args.rounds} if
+                  args.skip_endtxn_only else
+                  run(bootstrap, args.transactions, args.rounds, args.connections))
+        report["coordinator_commit"] = run_commit(bootstrap, args.transactions, args.rounds,
+                                                  args.connections)
+        return report
+
     if args.bootstrap_servers:
-        report = run(args.bootstrap_servers, args.transactions, args.rounds, args.connections)
+        report = measure(args.bootstrap_servers)
     else:
         from twopc.broker import LocalKafka
 
         with LocalKafka() as kafka:  # starts it; stops it and removes its data on exit
-            report = run(kafka.bootstrap_servers, args.transactions, args.rounds,
-                         args.connections)
-    print(json.dumps(report, indent=2))
+            report = measure(kafka.bootstrap_servers)
+    report["command"] = " ".join(["benchmarks/bench_endtxn.py", *(argv or sys.argv[1:])])
+    report["machine"] = {**machine, "load_average_after": os.getloadavg()}
+    print(json.dumps({k: v for k, v in report.items() if k != "machine"}, indent=2))
+    print(f"results: {write_results(args.name, report, args.results_dir)}")
     return 0
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.bench_endtxn import percentile, run
+from benchmarks.bench_endtxn import percentile, run, run_commit
 from twopc.testing.brokers import KafkaUnderTest
 
 pytestmark = pytest.mark.integration
@@ -15,6 +15,18 @@ def test_bench_endtxn_smoke(broker: KafkaUnderTest) -> None:
     assert report["transactions"] == 4
     for key in ("endtxn_only", "with_precheck"):
         assert report[key]["p50_ms"] > 0
+
+
+def test_bench_coordinator_commit_smoke(broker: KafkaUnderTest) -> None:
+    """The driver's whole commit() of a few transactions, timed by step, its records audited."""
+    report = run_commit(broker.bootstrap_servers, n=3, rounds=2, log=lambda _line: None)
+    assert len(report["runs_ms"]) == 2 and report["p50_ms"] > 0
+    assert report["audit"].startswith("PASS")
+    phases = report["phases_ms"]
+    for step in ("control.describe_transactions", "control.end_txns",
+                 "control.start_list_transactions", "control.last_stable_offsets", "log.append"):
+        assert phases[step] >= 0, step
+    assert phases["control.end_txns"] > 0 and phases["log.append"] > 0
 
 
 def test_percentile() -> None:
