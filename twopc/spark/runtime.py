@@ -5,7 +5,7 @@ Driver side: `prepare` (bind the log to its owner, guards at start, recovery) be
 and `driver_coordinator` for commit and abort; what each call did goes to the `twopc` log lines and,
 for a streaming query, to the journal (journal.py) that TwopcProgressListener reads. Nothing the
 protocol needs is kept between calls (it is all in the checkpoint log and the messages); a reused
-worker only keeps its opened log and control client, as a speed-up.
+worker (driver or executor side) only keeps its opened log and control client, as a speed-up.
 """
 
 from __future__ import annotations
@@ -291,17 +291,26 @@ def task_write(
     if coordinator.is_committed(batch):
         return WriteResult(ResultKind.SKIPPED, batch, task_partition, attempt)
     rows = rows_from_batches(batches, task_partition, config.topic)
-    result = write_partition(
-        config.producer_config,
-        transactional_id(config.prefix, task_partition, config.slot(attempt)),
-        rows,
-        batch=batch,
-        task_partition=task_partition,
-        attempt=attempt,
-        default_topic=config.topic,
-        transaction_timeout_ms=config.transaction_timeout_ms,
-        budget_ms=config.budget_ms,
-    )
+    # The executor's Python worker runs task after task (spark.python.worker.reuse): its control
+    # client (connections, coordinators, leaders) is kept for the next task, as on the driver.
+    control = _client_for(config)
+    healthy = False
+    try:
+        result = write_partition(
+            config.producer_config,
+            transactional_id(config.prefix, task_partition, config.slot(attempt)),
+            rows,
+            batch=batch,
+            task_partition=task_partition,
+            attempt=attempt,
+            default_topic=config.topic,
+            transaction_timeout_ms=config.transaction_timeout_ms,
+            budget_ms=config.budget_ms,
+            control=control,
+        )
+        healthy = True
+    finally:
+        _release_client(config, control, healthy=healthy)
     # A task that dies after its pre-commit, before Spark hears of it (tests: retries, orphans).
     crash_point(f"spark.task.precommitted.attempt{attempt}")
     return result
