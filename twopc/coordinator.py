@@ -297,11 +297,16 @@ class Coordinator:
         crash_point("coordinator.before_intent")
         intent_seq = session.append(Prepared(batch, tuple(handles), offsets))
         crash_point("coordinator.after_intent")
+        # The pool's open ids, for the `committed` record's losing attempts, asked while the
+        # EndTxns are in flight (one round trip less before commit() returns): the intent's own
+        # ids are protected whatever state the listing shows them in, and any other open id is
+        # open before and after the EndTxns alike. (On the settling path its answer is unused.)
+        listing = self.control.start_list_transactions(self.prefix, states=[TxnState.ONGOING])
         answers = self._end_in_order(handles)
         fates = {t: fate_of_end_txn(answers.get(t)) for t in ids}
         if any(v.fate is not Fate.COMMITTED for v in fates.values()):
             return self._settle_after_end(session, batch, fates)
-        open_ids = self.control.list_transactions(self.prefix, states=[TxnState.ONGOING])
+        open_ids = listing.result()
         losers = unnamed_open(self.prefix, (t.transactional_id for t in open_ids),
                               protected=session.state.pending_ids() | set(ids))
         seq = session.append(Committed(batch, intent_seq, losers))

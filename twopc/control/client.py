@@ -10,6 +10,7 @@ import asyncio
 import threading
 import uuid
 from collections.abc import Callable, Coroutine, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypeVar
@@ -98,10 +99,13 @@ class ControlClient:
         return Cluster(self._settings)
 
     def _call(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self._start(coro).result()
+
+    def _start(self, coro: Coroutine[Any, Any, T]) -> Future[T]:
         if getattr(self, "_closed", False):
             coro.close()
             raise e.ControlError("this ControlClient is closed")
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+        return asyncio.run_coroutine_threadsafe(coro, self._loop)
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -214,7 +218,13 @@ class ControlClient:
                           states: Sequence[TxnState] = ()) -> list[TransactionListing]:
         """Transactions known to every coordinator, optionally those whose id starts with `prefix`
         and whose state is one of `states`."""
-        return self._call(self._list(prefix, [s.value for s in states]))
+        return self.start_list_transactions(prefix, states).result()
+
+    def start_list_transactions(self, prefix: str | None = None, states: Sequence[TxnState] = ()
+                                ) -> Future[list[TransactionListing]]:
+        """`list_transactions`, sent now and answered through the returned future, so that a
+        caller can have other requests of this client (EndTxn) in flight meanwhile."""
+        return self._start(self._list(prefix, [s.value for s in states]))
 
     async def _list(self, prefix: str | None, states: list[str]) -> list[TransactionListing]:
         await self._cluster.refresh_metadata()
