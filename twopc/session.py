@@ -32,7 +32,7 @@ BINDING_KEY = "binding"
 # commit's own CPU. A record never changes once created at its number, so a process keeps what it
 # decoded, keyed by log and number, and reuses it only for a body equal to the one read now (a log
 # deleted and started again at the same URL has other bodies). Bounded; only a speed-up.
-_DECODED_MAX = 4096
+_DECODED_MAX = 256  # records of all logs this process reads; a log keeps ~3 per retained batch
 _decoded: OrderedDict[tuple[str, int], tuple[dict[str, Any], LogRecord]] = OrderedDict()
 _decoded_lock = threading.Lock()
 
