@@ -294,7 +294,7 @@ def _cpu_s() -> float:
 
 
 def profile_executor_path(bootstrap: str, rows: int, value_size: int, top: int = 25,
-                          repeats: int = 5) -> dict[str, Any]:
+                          repeats: int = 3) -> dict[str, Any]:
     """Where one kafka2pc task's time goes, outside Spark, on `rows` rows (Arrow batches -> the
     writer's `Columns` blocks -> write_partition):
     - `cost_ns_per_record`: CPU per record of each part, the least of `repeats` runs (CPU time,
