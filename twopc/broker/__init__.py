@@ -2,10 +2,18 @@
 
 from twopc.broker.cluster import LocalKafka, free_port
 from twopc.broker.errors import BrokerError, BrokerSetupError, BrokerStartError
-from twopc.broker.spec import DEFAULT_VARIANT, VARIANTS, BrokerSpec
+from twopc.broker.spec import (
+    DEFAULT_VARIANT,
+    MATRIX_VARIANTS,
+    REPLICATED_VARIANT,
+    VARIANTS,
+    BrokerSpec,
+)
 
 __all__ = [
     "DEFAULT_VARIANT",
+    "MATRIX_VARIANTS",
+    "REPLICATED_VARIANT",
     "VARIANTS",
     "BrokerError",
     "BrokerSetupError",

@@ -15,6 +15,7 @@ from twopc.broker.artifacts import kafka_classpath
 from twopc.broker.errors import BrokerStartError
 from twopc.broker.node import Node, NodePorts
 from twopc.broker.spec import BrokerSpec
+from twopc.broker.tls import TlsMaterial, make_tls_material
 
 CONTROLLER_ID = 1000  # the dedicated controller of a multi-broker cluster
 
@@ -30,6 +31,11 @@ class LocalKafka:
 
     One broker is a combined broker+controller node. Several brokers get a dedicated controller, so
     that killing any broker (say, a transaction coordinator) leaves the quorum up.
+
+    Every broker has a PLAINTEXT listener (`bootstrap_servers`, also between brokers); with
+    `spec.sasl_users` a SASL_PLAINTEXT one; with `spec.tls` an SSL listener that requires a client
+    certificate and, with SASL users too, a SASL_SSL listener. The TLS material is made at start
+    (`tls`: the CA, the brokers' keystore, a client certificate; twopc/broker/tls.py).
     """
 
     def __init__(
@@ -46,6 +52,7 @@ class LocalKafka:
         self.cluster_id = ""
         self.nodes: list[Node] = []
         self.startup_seconds: float | None = None
+        self.tls: TlsMaterial | None = None
         self._first_port = port
 
     # --- addresses -------------------------------------------------------------------------------
@@ -56,6 +63,16 @@ class LocalKafka:
     @property
     def sasl_bootstrap_servers(self) -> str:
         return ",".join(f"127.0.0.1:{n.ports.sasl}" for n in self.brokers if n.ports.sasl)
+
+    @property
+    def ssl_bootstrap_servers(self) -> str:
+        """The SSL listeners (mutual TLS: `tls.client_config(mutual=True)`)."""
+        return ",".join(f"127.0.0.1:{n.ports.ssl}" for n in self.brokers if n.ports.ssl)
+
+    @property
+    def sasl_ssl_bootstrap_servers(self) -> str:
+        """The SASL_SSL listeners (server authentication: `tls.client_config()`)."""
+        return ",".join(f"127.0.0.1:{n.ports.sasl_ssl}" for n in self.brokers if n.ports.sasl_ssl)
 
     @property
     def brokers(self) -> list[Node]:
@@ -71,6 +88,8 @@ class LocalKafka:
     def start(self, timeout_s: float = 90.0) -> LocalKafka:
         began = time.monotonic()
         classpath = kafka_classpath(self.spec.kafka_version)
+        if self.spec.tls:
+            self.tls = make_tls_material(self.data_dir / "tls")
         self._plan_nodes()
         self.cluster_id = str(_random_cluster_id())
         for node in self.nodes:
@@ -120,13 +139,46 @@ class LocalKafka:
             node.kill()
 
     def restart(self, node_id: int | None = None, timeout_s: float = 90.0) -> None:
-        """Start killed or stopped nodes again on their existing data (no re-format)."""
+        """Start killed or stopped nodes again on their existing data (no re-format).
+
+        With several brokers, return only once every partition is fully replicated again, as a
+        rolling restart waits for no under-replicated partitions before it touches the next
+        broker: otherwise the next kill could take a partition below min.insync.replicas, or
+        its last in-sync replica."""
+        began = time.monotonic()
         classpath = kafka_classpath(self.spec.kafka_version)
         targets = [self.broker(node_id)] if node_id is not None else self.nodes
         for node in targets:
             if not node.alive():
                 node.launch(classpath, self.spec.heap_mb)
         self.wait_ready(timeout_s)
+        if len(self.brokers) > 1:
+            self.wait_fully_replicated(max(1.0, timeout_s - (time.monotonic() - began)))
+
+    def under_replicated(self) -> list[str]:
+        """Partitions (internal topics included) whose in-sync replicas are fewer than their
+        replicas, or that have no leader, as `topic[partition] isr/replicas`."""
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 3})
+        md = admin.list_topics(timeout=10)
+        return [f"{t.topic}[{p.id}] isr {sorted(p.isrs)} of {sorted(p.replicas)}"
+                for t in md.topics.values() for p in t.partitions.values()
+                if p.leader < 0 or len(p.isrs) < len(p.replicas)]
+
+    def wait_fully_replicated(self, timeout_s: float = 90.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        lagging: list[str] = []
+        while time.monotonic() < deadline:
+            try:
+                lagging = self.under_replicated()
+            except Exception as exc:  # a broker is still coming up: ask again
+                lagging = [str(exc)]
+            if not lagging:
+                return
+            time.sleep(0.2)
+        raise BrokerStartError(f"partitions still under-replicated after {timeout_s:.0f}s: "
+                               f"{lagging[:5]}")
 
     def stop(self, remove_data: bool = True) -> None:
         # Brokers before the controller, so that their controlled shutdown has a quorum to talk to.
@@ -149,11 +201,9 @@ class LocalKafka:
     # --- configuration ---------------------------------------------------------------------------
     def _plan_nodes(self) -> None:
         n = self.spec.brokers
-        sasl = bool(self.spec.sasl_users)
         first = self._first_port
         if n == 1:
-            client = first or free_port()
-            ports = NodePorts(client, free_port(), free_port() if sasl else None)
+            ports = self._broker_ports(first or free_port(), free_port())
             voters = f"1@127.0.0.1:{ports.controller}"
             self.nodes = [Node(1, "broker,controller", ports, self.data_dir / "node-1", {})]
         else:
@@ -162,10 +212,16 @@ class LocalKafka:
             self.nodes = [Node(CONTROLLER_ID, "controller", ctl, self.data_dir / "controller", {})]
             for i in range(1, n + 1):
                 client = first + i - 1 if first and i == 1 else free_port()
-                ports = NodePorts(client, None, free_port() if sasl else None)
+                ports = self._broker_ports(client, None)
                 self.nodes.append(Node(i, "broker", ports, self.data_dir / f"node-{i}", {}))
         for node in self.nodes:
             node.properties = self._properties(node, voters)
+
+    def _broker_ports(self, client: int, controller: int | None) -> NodePorts:
+        sasl, tls = bool(self.spec.sasl_users), self.spec.tls
+        return NodePorts(client, controller, free_port() if sasl else None,
+                         ssl=free_port() if tls else None,
+                         sasl_ssl=free_port() if sasl and tls else None)
 
     def _properties(self, node: Node, voters: str) -> dict[str, str]:
         rf = min(3, self.spec.brokers)
@@ -201,11 +257,22 @@ class LocalKafka:
             p["inter.broker.listener.name"] = "PLAINTEXT"
         if node.ports.controller is not None:
             listeners.append(f"CONTROLLER://127.0.0.1:{node.ports.controller}")
-        if node.ports.sasl is not None:
-            listeners.append(f"SASL_PLAINTEXT://127.0.0.1:{node.ports.sasl}")
-            advertised.append(f"SASL_PLAINTEXT://127.0.0.1:{node.ports.sasl}")
-            protocols["SASL_PLAINTEXT"] = "SASL_PLAINTEXT"
-            p.update(self._sasl_properties())
+        extra_listeners = (("SASL_PLAINTEXT", node.ports.sasl), ("SSL", node.ports.ssl),
+                           ("SASL_SSL", node.ports.sasl_ssl))
+        for name, port in extra_listeners:
+            if port is None:
+                continue
+            listeners.append(f"{name}://127.0.0.1:{port}")
+            advertised.append(f"{name}://127.0.0.1:{port}")
+            protocols[name] = name
+            if name.startswith("SASL_"):
+                p.update(self._sasl_properties(name.lower()))
+        if node.ports.ssl is not None or node.ports.sasl_ssl is not None:
+            assert self.tls is not None
+            p.update(self.tls.broker_properties())
+            # The SSL listener authenticates clients by certificate (mutual TLS); SASL_SSL by
+            # SASL, over a TLS session that authenticates only the broker.
+            p["listener.name.ssl.ssl.client.auth"] = "required"
         p["listeners"] = ",".join(listeners)
         if advertised:
             p["advertised.listeners"] = ",".join(advertised)
@@ -213,9 +280,9 @@ class LocalKafka:
         p.update(self.spec.extra_properties)
         return p
 
-    def _sasl_properties(self) -> dict[str, str]:
+    def _sasl_properties(self, listener: str) -> dict[str, str]:
         users = " ".join(f'user_{u}="{pw}"' for u, pw in self.spec.sasl_users.items())
-        prefix = "listener.name.sasl_plaintext"
+        prefix = f"listener.name.{listener}"
         return {
             "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
             f"{prefix}.plain.sasl.jaas.config": (

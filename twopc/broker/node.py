@@ -17,7 +17,9 @@ from twopc.broker.errors import BrokerStartError
 class NodePorts:
     client: int
     controller: int | None  # None for a broker-only node
-    sasl: int | None
+    sasl: int | None  # SASL_PLAINTEXT
+    ssl: int | None = None  # SSL, client certificate required (mutual TLS)
+    sasl_ssl: int | None = None  # SASL_SSL, server authentication only
 
 
 class Node:

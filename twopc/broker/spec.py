@@ -25,6 +25,9 @@ class BrokerSpec:
     abort_sweep_ms: int = 1000
     # user -> password; adds a SASL_PLAINTEXT listener offering PLAIN and SCRAM-SHA-256/512.
     sasl_users: Mapping[str, str] = field(default_factory=dict)
+    # Adds an SSL listener (client certificate required) and, with sasl_users, a SASL_SSL one;
+    # the CA and certificates are made at start (twopc/broker/tls.py, needs `cryptography`).
+    tls: bool = False
     extra_properties: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -51,10 +54,17 @@ class BrokerSpec:
             raise BrokerSetupError("a cluster needs at least one broker")
 
 
-# The broker variants the test matrix runs, one after another (two cores: never at once).
+# The named broker variants. The test matrix runs MATRIX_VARIANTS, one after another (two cores:
+# never at once); `kafka4-3node` is a replicated cluster as users run it (3 brokers and a dedicated
+# controller, replication 3, min.insync.replicas=2), for the tests that kill one broker of it and the
+# torture suite (`--variant kafka4-3node`). Its heaps are small: four JVMs share two cores.
 VARIANTS: dict[str, BrokerSpec] = {
     "kafka4-tv2": BrokerSpec(DEFAULT_KAFKA_VERSION, 2),
     "kafka4-tv0": BrokerSpec(DEFAULT_KAFKA_VERSION, 0),
     "kafka3.9": BrokerSpec(KAFKA3_VERSION, 0),
+    "kafka4-3node": BrokerSpec(DEFAULT_KAFKA_VERSION, 2, brokers=3, heap_mb=320,
+                               extra_properties={"min.insync.replicas": "2"}),
 }
+MATRIX_VARIANTS: tuple[str, ...] = ("kafka4-tv2", "kafka4-tv0", "kafka3.9")
+REPLICATED_VARIANT = "kafka4-3node"
 DEFAULT_VARIANT = "kafka4-tv2"

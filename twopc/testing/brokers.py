@@ -4,17 +4,26 @@
 - `TWOPC_BOOTSTRAP_SERVERS=host:port`: an existing cluster (its variant is then "external", and the
   tests that must SIGKILL the broker cannot run against it; they say so);
 - `TWOPC_BROKER=testcontainers`: testcontainers' Kafka container, where a Docker engine is reachable.
+
+A replicated variant (`kafka4-3node`) is several brokers: `kill(node_id)` and `restart(node_id)` act
+on one of them, and `victim()` names the broker that holds a role for the query (the transaction
+coordinator of its ids, or a partition leader), found the way clients find it (FindCoordinator,
+Metadata).
 """
 
 from __future__ import annotations
 
 import os
 import uuid
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from twopc.broker import DEFAULT_VARIANT, VARIANTS, LocalKafka
+from twopc.broker import DEFAULT_VARIANT, MATRIX_VARIANTS, VARIANTS, LocalKafka
+
+if TYPE_CHECKING:
+    from twopc.control import ControlClient
 
 EXTERNAL = "external"
 
@@ -35,6 +44,11 @@ class KafkaUnderTest:
         return self.local is not None
 
     @property
+    def replicated(self) -> bool:
+        """Several brokers: a fault kills one of them (`victim`), not the whole cluster."""
+        return self.local is not None and len(self.local.brokers) > 1
+
+    @property
     def transaction_version(self) -> int | None:
         return self.local.spec.effective_transaction_version() if self.local else None
 
@@ -50,6 +64,27 @@ class KafkaUnderTest:
         if self.local is None:
             raise RuntimeError(f"cannot restart the {self.variant} Kafka: it is not ours")
         self.local.restart(node_id)
+
+    def victim(self, control: ControlClient, role: str, transactional_ids: Sequence[str] = (),
+               partitions: Sequence[tuple[str, int]] = ()) -> int | None:
+        """The broker to kill for a fault on `role`: `coordinator` (the transaction coordinator of
+        most of `transactional_ids`) or `leader` (the leader of the first of `partitions`). None on
+        a single broker: a fault kills all of it."""
+        if not self.replicated:
+            return None
+        if role == "coordinator":
+            if not transactional_ids:
+                raise ValueError("victim('coordinator') needs transactional ids")
+            found = Counter(control.coordinators(list(transactional_ids)).values())
+            return found.most_common(1)[0][0]
+        if role == "leader":
+            if not partitions:
+                raise ValueError("victim('leader') needs partitions")
+            leader = control.leaders([partitions[0]])[partitions[0]]
+            if leader < 0:
+                raise RuntimeError(f"partition {partitions[0]} has no leader now")
+            return leader
+        raise ValueError(f"role must be coordinator or leader, not {role!r}")
 
     def create_topic(
         self, partitions: int = 4, config: dict[str, str] | None = None, name: str | None = None
@@ -82,7 +117,7 @@ def requested_variants(all_variants: bool) -> list[str]:
         return ["testcontainers"]
     raw = os.environ.get("TWOPC_BROKER_VARIANTS", "")
     if raw == "all" or (all_variants and not raw):
-        return list(VARIANTS)
+        return list(MATRIX_VARIANTS)
     names = [v.strip() for v in raw.split(",") if v.strip()] or [DEFAULT_VARIANT]
     unknown = sorted(set(names) - set(VARIANTS))
     if unknown:
