@@ -159,6 +159,28 @@ class ControlClient:
             return out
         return self._call(run())
 
+    def coordinators(self, ids: Sequence[str]) -> dict[str, int]:
+        """The node id of each transactional id's transaction coordinator, asked afresh
+        (FindCoordinator, key type 1; retried while the coordinator is moving or loading)."""
+        async def run() -> dict[str, int]:
+            for tid in ids:
+                self._cluster.forget_coordinator(tid)
+            return await self._cluster.coordinators(list(dict.fromkeys(ids)))
+        return self._call(run())
+
+    def leaders(self, partitions: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """Each partition's leader from a fresh Metadata request (-1: none right now)."""
+        async def run() -> dict[tuple[str, int], int]:
+            wanted = set(partitions)
+            resp = await self._cluster.refresh_metadata(sorted({t for t, _ in wanted}))
+            found = {(t.name, p.partition): p.leader for t in resp.topics if t.name
+                     for p in t.partitions if (t.name, p.partition) in wanted}
+            missing = sorted(wanted - set(found))
+            if missing:
+                raise e.api_error(3, f"partitions {missing[:5]}")  # UNKNOWN_TOPIC_OR_PARTITION
+            return found
+        return self._call(run())
+
     # --- describe and list ---------------------------------------------------------------
 
     def describe_transactions(self, ids: Sequence[str]) -> dict[str, TransactionDescription]:
