@@ -26,7 +26,7 @@ from tests.core.support import (
     wait_not_ongoing,
 )
 from tests.torture.result import ScheduleResult, run_to_verdict
-from tests.torture.schedule import BatchPlan, Schedule
+from tests.torture.schedule import BatchPlan, Schedule, victim_role
 from twopc.audit import audit_topic, wait_until_stable
 from twopc.control import ControlClient, TxnState
 from twopc.coordinator import Coordinator
@@ -251,10 +251,24 @@ class _CoreRun:
         report = self.coordinator().commit(plan.batch, results)
         return {"ok": {"status": report.status, "losers": list(report.losers)}}
 
+    def victim(self, plan: BatchPlan, results: Sequence[WriteResult]) -> int | None:
+        """The broker a broker fault kills: all of a single broker; on a replicated cluster the
+        leader of a partition the batch wrote to, or its ids' coordinator (victim_role)."""
+        if not self.broker.replicated:
+            return None
+        role = victim_role(self.result.seed, int(plan.batch))
+        handles = [r.handle for r in results if r.handle is not None]
+        node = self.broker.victim(self.control, role, [h.transactional_id for h in handles],
+                                  [(s.topic, s.partition) for h in handles for s in h.spans])
+        self.result.victims[role] += 1
+        self.note(f"broker {node} is the {role}: it is the one killed")
+        return node
+
     def _first_broker_kill(self, plan: BatchPlan) -> dict[str, Any]:
         results = self.write(plan.batch)
-        self.broker.kill()
-        self.broker.restart()
+        node = self.victim(plan, results)
+        self.broker.kill(node)
+        self.broker.restart(node)
         report = self.coordinator().commit(plan.batch, results)
         return {"ok": {"status": report.status, "losers": list(report.losers)}}
 
@@ -263,14 +277,15 @@ class _CoreRun:
         with self.paused(self.call("commit", plan.batch, results), "after_endtxn_1") as proc:
             if not _wait_paused(proc):
                 return _finished(proc)
-            self.broker.kill()
+            node = self.victim(plan, results)
+            self.broker.kill(node)
             self.result.faults["broker_kill_mid_commit"] += 1
             if plan.wake_before_restart:
                 self.wake()
                 time.sleep(0.5)
-                self.broker.restart()
+                self.broker.restart(node)
             else:
-                self.broker.restart()
+                self.broker.restart(node)
                 self.wake()
             return _finished(proc)
 

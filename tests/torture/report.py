@@ -28,8 +28,10 @@ def summarize(results: Sequence[ScheduleResult], variant: str, seed: int,
     outcomes: Counter[str] = Counter({k: 0 for k in OUTCOME_KINDS})
     by_workload: Counter[str] = Counter()
     recovery: list[float] = []
+    victims: Counter[str] = Counter()
     for r in results:
         faults.update(r.faults)
+        victims.update(r.victims)
         outcomes.update(r.outcomes)
         by_workload[r.workload] += 1
         recovery.extend(r.recovery_s)
@@ -41,7 +43,8 @@ def summarize(results: Sequence[ScheduleResult], variant: str, seed: int,
     return {
         "variant": variant, "seed": seed, "schedules": len(results),
         "schedules_by_workload": dict(by_workload), "passed": len(results) - len(failed),
-        "failed": len(failed), "faults": dict(faults), "outcomes": dict(outcomes),
+        "failed": len(failed), "faults": dict(faults), "min_faults": min_faults,
+        "outcomes": dict(outcomes), "victims": dict(victims),
         "recovery_s": {"count": len(recovery), "p50": percentile(recovery, 50),
                        "p99": percentile(recovery, 99), "max": max(recovery, default=0.0)},
         "records": {"expected": sum(r.expected for r in results),
@@ -68,8 +71,13 @@ def render_markdown(summary: dict[str, Any]) -> str:
         f"{summary['failed']} failed, {summary['seconds']:.0f} s of schedules. "
         f"Verdict: **{'PASS' if summary['ok'] else 'FAIL'}**.",
         "",
-        "## Faults injected", "", "| kind | times |", "|---|---|",
+        f"## Faults injected (each at least {summary.get('min_faults', MIN_FAULTS)} times)", "",
+        "| kind | times |", "|---|---|",
         *[f"| {k} | {n} |" for k, n in summary["faults"].items()],
+        *([] if not summary.get("victims") else [
+            "", "On this replicated cluster each broker fault killed one broker: "
+            + ", ".join(f"the {role} {n} times" for role, n in sorted(summary["victims"].items()))
+            + " (the partition leader, or the transactional ids' coordinator)."]),
         "", "## Outcomes (batches)", "", "| kind | batches |", "|---|---|",
         *[f"| {k} | {n} |" for k, n in summary["outcomes"].items()],
         "", "## Records", "",

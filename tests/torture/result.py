@@ -53,6 +53,8 @@ class ScheduleResult:
     missing: int = 0
     open_transactions: int = 0
     stranded_released: int = 0         # commits whose markers a killed broker dropped, released
+    victims: Counter[str] = field(default_factory=Counter)  # replicated cluster: role -> brokers
+                                       # killed holding it (schedule.VICTIM_ROLES)
     passed: bool = False
     error: str | None = None           # why it failed (audit or harness), None if it passed
     seconds: float = 0.0
@@ -66,6 +68,7 @@ class ScheduleResult:
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["faults"], data["outcomes"] = dict(self.faults), dict(self.outcomes)
+        data["victims"] = dict(self.victims)
         return data
 
 

@@ -29,6 +29,9 @@ PAUSE_POINTS: tuple[str, ...] = ("before_intent", "after_intent", "after_endtxn_
 # Where the first of two drivers stalls while the second takes over the checkpoint.
 SECOND_DRIVER_POINTS: tuple[str, ...] = ("before_intent", "after_intent")
 STORAGE_OPERATIONS: tuple[str, ...] = ("read", "write")
+# On a replicated cluster (kafka4-3node) a broker fault kills one broker, the one holding a role for
+# the batch: the leader of a partition it wrote to, or the transaction coordinator of its ids.
+VICTIM_ROLES: tuple[str, ...] = ("leader", "coordinator")
 
 WEIGHTS: dict[str | None, float] = {
     None: 1.0, "driver_kill": 2.0, "task_failure": 1.0, "broker_kill": 0.5,
@@ -83,6 +86,13 @@ class Schedule:
     def describe(self) -> list[str]:
         return [f"seed {self.seed}: {self.partitions} partitions x {self.rows} rows"] + [
             b.describe() for b in self.batches]
+
+
+def victim_role(seed: int, batch_index: int) -> str:
+    """Which broker a broker fault of batch `batch_index` kills on a replicated cluster; they
+    alternate. Drawn without the schedule's random stream, so that every seed still replays the
+    schedule it always made."""
+    return VICTIM_ROLES[(seed + batch_index) % len(VICTIM_ROLES)]
 
 
 def plan_batch(rng: random.Random, batch: str, fault: str | None, partitions: int) -> BatchPlan:

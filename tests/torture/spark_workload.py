@@ -33,11 +33,13 @@ from typing import Any
 from checkpoint import open_log
 from tests.spark.helpers import DRIVER, errors_of
 from tests.torture.result import ScheduleResult, run_to_verdict
+from tests.torture.schedule import victim_role
 from tests.torture.spark_outcomes import Appended, classify, recovery_reports
 from tests.torture.spark_schedule import SparkSchedule, SparkStep, make_spark_schedule
 from twopc.audit import audit_topic, wait_until_stable
 from twopc.control import ControlClient, TxnState
 from twopc.coordinator import Coordinator
+from twopc.handle import transactional_id
 from twopc.observe import recovery_summary
 from twopc.records import Partial, Prepared, from_body
 from twopc.spark.runtime import query_id_from_spark_checkpoint
@@ -359,18 +361,32 @@ class _SparkJob:
                                  f"{done.stdout[-800:]} {done.stderr[-800:]}")
         self.collect(len(self.runs) - 1)
 
+    def victim(self, step: SparkStep) -> int | None:
+        """All of a single broker; on a replicated cluster the leader of partition 0 or the
+        coordinator of the query's ids (slot 0 of the 4 Spark partitions), alternately."""
+        if not self.broker.replicated:
+            return None
+        role = victim_role(self.schedule.seed, step.index)
+        ids = [transactional_id(self.prefix, p, 0) for p in range(4)]
+        node = self.broker.victim(self.control, role, ids, [(self.topic, 0)])
+        self.result.victims[role] += 1
+        self.note(f"broker {node} is the {role}: it is the one killed")
+        return node
+
     def _while_paused_broker_kill(self, step: SparkStep, run: int, wake: Path) -> None:
-        self.broker.kill()
-        self.broker.restart()
+        node = self.victim(step)
+        self.broker.kill(node)
+        self.broker.restart(node)
         self.result.faults["broker_kill"] += 1
 
     def _while_paused_broker_kill_mid_commit(self, step: SparkStep, run: int, wake: Path) -> None:
-        self.broker.kill()
+        node = self.victim(step)
+        self.broker.kill(node)
         self.result.faults["broker_kill_mid_commit"] += 1
         if step.wake_before_restart:
             wake.touch()
             time.sleep(0.5)
-        self.broker.restart()
+        self.broker.restart(node)
 
     def _while_paused_storage_failure(self, step: SparkStep, run: int, wake: Path) -> None:
         write_control(self.faults_file, fail=(step.storage_op,), match="records/")

@@ -1,6 +1,8 @@
 """The short torture run, in the default suite: one fixed-seed schedule that injects every fault
 kind and reaches every outcome kind on the core protocol, then the audit (exactly once, nothing
-missing but what DataLossError reported, no open transaction). The long run: python -m tests.torture."""
+missing but what DataLossError reported, no open transaction). The same schedule on a replicated
+cluster (`kafka4-3node`, slow), where the broker faults kill the partition leader and the
+transaction coordinator. The long run: python -m tests.torture."""
 
 from __future__ import annotations
 
@@ -9,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from tests.torture.core_workload import run_core_schedule
-from tests.torture.result import FAULT_KINDS, OUTCOME_KINDS
-from tests.torture.schedule import covering_schedule
+from tests.torture.result import FAULT_KINDS, OUTCOME_KINDS, ScheduleResult
+from tests.torture.schedule import VICTIM_ROLES, covering_schedule
 from twopc.testing.brokers import KafkaUnderTest
 
 pytestmark = pytest.mark.integration
@@ -18,7 +20,7 @@ pytestmark = pytest.mark.integration
 SEED = 20261122
 
 
-def test_short_torture_run(broker: KafkaUnderTest, tmp_path: Path) -> None:
+def _covering_run(broker: KafkaUnderTest, tmp_path: Path) -> ScheduleResult:
     if not broker.can_kill:
         pytest.fail(f"the torture run SIGKILLs the broker: it needs one of its own, not "
                     f"{broker.variant}")
@@ -30,3 +32,18 @@ def test_short_torture_run(broker: KafkaUnderTest, tmp_path: Path) -> None:
     assert result.duplicates == 0 and result.missing == 0 and result.open_transactions == 0
     assert result.found == result.expected > 0
     assert result.reported_lost > 0  # the changed re-run's lost partition, named, not expected
+    return result
+
+
+def test_short_torture_run(broker: KafkaUnderTest, tmp_path: Path) -> None:
+    _covering_run(broker, tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.only_variants("kafka4-3node")
+def test_short_torture_run_on_a_replicated_cluster(broker: KafkaUnderTest, tmp_path: Path) -> None:
+    if not broker.replicated:
+        pytest.fail(f"this run kills one broker of a replicated cluster; {broker.variant} is not one")
+    result = _covering_run(broker, tmp_path)
+    # One broker fault killed the leader, the other the coordinator (covering_schedule has both).
+    assert set(result.victims) == set(VICTIM_ROLES), "\n".join(result.steps)
