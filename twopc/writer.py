@@ -60,6 +60,7 @@ __all__ = [
     "WriterConfigError",
     "ZombieDetected",
     "budget_limit_ms",
+    "transactional_producer_config",
     "write_partition",
 ]
 
@@ -158,7 +159,8 @@ def write_partition(
     control: ControlClient | None = None,
 ) -> WriteResult:
     """Write `rows` in one transaction under `transactional_id` and pre-commit it (module doc)."""
-    config = _producer_config(producer_config, transactional_id, transaction_timeout_ms)
+    config = transactional_producer_config(producer_config, transactional_id,
+                                           transaction_timeout_ms)
     limit_ms = budget_limit_ms(transaction_timeout_ms, budget_ms)
     if limit_ms <= 0:
         raise WriterConfigError(
@@ -184,8 +186,11 @@ def write_partition(
             ctl.close()
 
 
-def _producer_config(user: Mapping[str, Any], transactional_id: str,
-                     timeout_ms: int) -> dict[str, Any]:
+def transactional_producer_config(user: Mapping[str, Any], transactional_id: str,
+                                  timeout_ms: int) -> dict[str, Any]:
+    """What the writer gives librdkafka: the user's settings (twopc.* removed) with the
+    transactional id, its timeout and idempotence, which makes librdkafka require acks=all.
+    WriterConfigError for a setting that contradicts what the writer needs."""
     config = {k: v for k, v in user.items() if not k.startswith("twopc.")}
     for key in _OURS:
         if key in config:

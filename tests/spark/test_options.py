@@ -126,3 +126,14 @@ def test_bad_schema_names_the_column(fields: tuple[tuple[str, object], ...], top
                                      needle: str) -> None:
     with pytest.raises(InputSchemaError, match=needle):
         check_schema(schema(*fields), topic)
+
+
+@pytest.mark.parametrize("option", [{"kafka.acks": "1"}, {"kafka.request.required.acks": "0"}])
+def test_acks_other_than_all_is_refused_on_the_driver(option: dict[str, str]) -> None:
+    """The transactional producer needs acks=all (librdkafka refuses anything else once
+    idempotence is on): the driver says so once, before any task starts a producer."""
+    from twopc.spark.guards import check_producer_config
+
+    config = parse_options(lower({**BASE, **option}), streaming=False)
+    with pytest.raises(OptionError, match="`acks` must be set to `all`"):
+        check_producer_config(config)

@@ -12,6 +12,7 @@ from confluent_kafka import KafkaException, Producer
 
 from twopc import guards
 from twopc.control import ControlClient
+from twopc.handle import transactional_id
 from twopc.spark.errors import OptionError
 from twopc.spark.options import RATE_LIMITED, TIMEOUT, SinkConfig
 
@@ -19,11 +20,18 @@ _log = logging.getLogger(__name__)
 
 
 def check_producer_config(config: SinkConfig) -> None:
-    """A bad `kafka.*` option fails here, once, on the driver, rather than in every task."""
+    """A bad `kafka.*` option fails here, once, on the driver, rather than in every task: the
+    producer is made as the tasks make theirs (transactional, so idempotent: librdkafka then
+    refuses acks other than all), and dropped unused."""
+    from twopc.writer import WriterConfigError, transactional_producer_config
+
     try:
-        Producer(dict(config.producer_config))
-    except KafkaException as exc:
-        raise OptionError(f"a kafka.* option is not valid for the producer: {exc.args[0]}") from None
+        Producer(transactional_producer_config(
+            config.producer_config, transactional_id(config.prefix, 0, 0),
+            config.transaction_timeout_ms))
+    except (KafkaException, WriterConfigError) as exc:
+        detail = exc.args[0] if exc.args else exc
+        raise OptionError(f"a kafka.* option is not valid for the producer: {detail}") from None
 
 
 def check_at_start(config: SinkConfig, *, streaming: bool) -> None:
