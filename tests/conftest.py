@@ -18,8 +18,15 @@ from pathlib import Path
 import pytest
 
 from tests.core.support import Scenario
+from twopc.broker import LocalKafka
 from twopc.control import ControlClient
-from twopc.testing.brokers import EXTERNAL, KafkaUnderTest, requested_variants, start_kafka
+from twopc.testing.brokers import (
+    EXTERNAL,
+    KafkaUnderTest,
+    requested_variants,
+    start_kafka,
+    start_secured_kafka,
+)
 
 _startup_times: list[tuple[str, float]] = []
 
@@ -45,6 +52,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         if only is not None and variants != [EXTERNAL]:
             variants = [v for v in variants if v in only.args] or [only.args[0]]
         metafunc.parametrize("broker", variants, indirect=True, scope="session", ids=variants)
+    if "tls_kafka" in metafunc.fixturenames:
+        variants = requested_variants(_full_matrix())
+        metafunc.parametrize("tls_kafka", variants, indirect=True, scope="session",
+                             ids=[f"tls-{v}" for v in variants])
 
 
 @pytest.fixture(scope="session")
@@ -55,6 +66,17 @@ def broker(request: pytest.FixtureRequest) -> Iterator[KafkaUnderTest]:
         _startup_times.append((under_test.variant, under_test.startup_seconds))
     yield under_test
     under_test.stop()
+
+
+@pytest.fixture(scope="session")
+def tls_kafka(request: pytest.FixtureRequest) -> Iterator[LocalKafka]:
+    """A broker of its own with SSL (mutual TLS) and SASL_SSL listeners, certificates made at start
+    (twopc/broker/tls.py); client settings: twopc.testing.brokers.secured_configs."""
+    kafka = start_secured_kafka(request.param)
+    if kafka.startup_seconds is not None:
+        _startup_times.append((f"{request.param} with TLS", kafka.startup_seconds))
+    yield kafka
+    kafka.stop()
 
 
 @pytest.fixture

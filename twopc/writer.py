@@ -31,6 +31,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 
 from twopc.checksum import MultisetChecksum, identity_hashes, record_hashes, warm_up
 from twopc.control import ControlClient, TransactionDescription, TxnState
+from twopc.control.config import tls_failure_advice
 from twopc.crashpoints import crash_point
 from twopc.handle import Handle, PartitionSpan, ResultKind, WriteResult
 from twopc.rows import (
@@ -48,6 +49,7 @@ from twopc.rows import (
 from twopc.spans import read_spans
 
 __all__ = [
+    "BrokerSecurityError",
     "Columns",
     "DeliveryError",
     "IdentificationError",
@@ -79,6 +81,11 @@ _NO_TOPIC = ("the row names no topic and the writer has no default topic: set th
 
 class WriterConfigError(WriteError):
     """The producer configuration or the arguments contradict what the writer needs."""
+
+
+class BrokerSecurityError(WriterConfigError):
+    """The producer could not connect securely: the TLS handshake or the SASL authentication with
+    the brokers failed. Nothing was written; the message names the setting to change."""
 
 
 class DeliveryError(WriteError):
@@ -247,15 +254,50 @@ class _Deliveries:
                                           msg.value()))
 
 
+class _SecurityErrors:
+    """The TLS and SASL failures librdkafka reports (error_cb, served by poll()): it retries them
+    as if the broker were down, so a wrong CA or password would look like a timeout."""
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        self.config = config
+        self.user_cb = config.get("error_cb")
+        self.seen: list[KafkaError] = []
+
+    def on_error(self, err: KafkaError) -> None:
+        # A handshake's failure, not a TLS session that a broker going down broke off.
+        failed = err.code() == KafkaError._AUTHENTICATION or (
+            err.code() == KafkaError._SSL and "handshake" in err.str().lower())
+        if failed and len(self.seen) < 10:
+            self.seen.append(err)
+        if self.user_cb is not None:
+            self.user_cb(err)
+
+    def raise_if_any(self, transactional_id: str) -> None:
+        if not self.seen:
+            return
+        err = self.seen[-1]
+        if err.code() == KafkaError._SSL:
+            fix = tls_failure_advice(err.str(), self.config)
+        else:
+            fix = ("check sasl.mechanism, sasl.username and sasl.password (and that the user "
+                   "exists on the brokers)")
+        raise BrokerSecurityError(
+            f"transactional id {transactional_id!r}: the producer cannot connect to the brokers "
+            f"securely ({err.str()}): {fix}. Nothing was written")
+
+
 class _Starter(threading.Thread):
     """init_transactions and begin_transaction, off the caller's thread (confluent-kafka releases
     the GIL in both)."""
 
-    def __init__(self, producer: Producer, topic: str | None, timeout_s: float) -> None:
+    def __init__(self, producer: Producer, topic: str | None, timeout_s: float,
+                 security: _SecurityErrors, transactional_id: str) -> None:
         super().__init__(name="twopc-writer-start", daemon=True)
         self.producer = producer
         self.topic = topic
         self.timeout_s = timeout_s
+        self.security = security
+        self.tid = transactional_id
         self.error: BaseException | None = None
         self.start()
 
@@ -270,9 +312,18 @@ class _Starter(threading.Thread):
             try:
                 self.producer.list_topics(self.topic, min(self.timeout_s, 10.0))
                 self.producer.list_topics(self.topic, min(self.timeout_s, 10.0))
-            except KafkaException as exc:  # only a warm-up: init_transactions decides
+            except KafkaException as exc:  # only a warm-up: init_transactions decides ...
                 log.debug("metadata before init_transactions failed: %s", exc)
-            self.producer.init_transactions(self.timeout_s)
+                # ... unless no broker could be reached securely: librdkafka would retry that
+                # until the transaction timeout and then say only "timed out".
+                self.producer.poll(0)
+                self.security.raise_if_any(self.tid)
+            try:
+                self.producer.init_transactions(self.timeout_s)
+            except KafkaException:
+                self.producer.poll(0)
+                self.security.raise_if_any(self.tid)
+                raise
             self.producer.begin_transaction()
             # The checksum's hashing imports pandas on first use (~0.25 s, once per Python
             # worker): here it overlaps with the caller reading rows ahead.
@@ -314,8 +365,9 @@ class _Transaction:
             if user_stats is not None:
                 user_stats(raw)
 
+        self.security = _SecurityErrors(config)
         config = {**config, "stats_cb": on_stats, "on_delivery": self.deliveries.on_delivery,
-                  "delivery.report.only.error": True}
+                  "delivery.report.only.error": True, "error_cb": self.security.on_error}
         self.producer = Producer(config)
         self.begun_at = 0.0
 
@@ -326,7 +378,8 @@ class _Transaction:
         iterator = iter(rows)
         # Starting takes a broker round trip or three; the caller's rows (often converted from
         # Arrow on the fly) are read ahead meanwhile. Nothing is produced before the begin.
-        starter = _Starter(self.producer, default_topic, self.timeout_ms / 1000)
+        starter = _Starter(self.producer, default_topic, self.timeout_ms / 1000, self.security,
+                           self.tid)
         try:
             ahead = _read_ahead(iterator, starter)
         except BaseException:

@@ -11,6 +11,7 @@ from twopc.control.errors import (
     NotAuthorizedError,
     ProtocolError,
     RetriesExhaustedError,
+    TlsError,
     UnsupportedBrokerError,
 )
 from twopc.control.logcheck import FetchProbe, LogCheckResult, LogOutcome, UnknownReason
@@ -46,6 +47,7 @@ __all__ = [
     "ProtocolError",
     "ReleaseResult",
     "RetriesExhaustedError",
+    "TlsError",
     "TransactionDescription",
     "TransactionListing",
     "TxnState",

@@ -134,3 +134,45 @@ def settings_from_config(config: Mapping[str, object]) -> ClientSettings:
         retry_timeout_s=_ms(cfg, "twopc.control.retry.timeout.ms", 60000),
         connections_per_broker=int(per_broker),
     )
+
+
+def tls_failure_advice(reason: str, config: Mapping[str, object]) -> str:
+    """What to change after a failed TLS handshake, from its reason (Python's ssl module's or
+    librdkafka's text) and the librdkafka-style client settings in `config`. Pure."""
+    text = reason.lower()
+    ca = config.get("ssl.ca.location")
+    trusted = (f"the CA in ssl.ca.location={ca}" if ca and str(ca) != "probe"
+               else "the CA given in ssl.ca.pem" if config.get("ssl.ca.pem")
+               else "the system's default CAs (no ssl.ca.location given)")
+    if "mismatch" in text or "doesn't match" in text or "not valid for" in text:
+        return ("the broker's certificate does not name the address the client connected to: "
+                "add that host name or IP address to the certificate's subject alternative names, "
+                "or connect by a name it holds (only if you accept the risk: "
+                "ssl.endpoint.identification.algorithm=none)")
+    if "expired" in text or "not yet valid" in text:
+        return ("the broker's certificate is expired or not yet valid: renew it (and check the "
+                "clocks of the brokers and of this machine)")
+    # An alert from the broker about this client's certificate (Kafka's JVM answers a missing one
+    # with "bad certificate" too).
+    refused = ("certificate required" in text or "peer did not return a certificate" in text
+               or "alert handshake failure" in text or "alert bad certificate" in text
+               or "alert_bad_certificate" in text or "unknown ca" in text
+               or "certificate unknown" in text or "certificate_unknown" in text)
+    if refused and not config.get("ssl.certificate.location"):
+        return ("the broker requires a client certificate: set ssl.certificate.location and "
+                "ssl.key.location (and ssl.key.password if the key is encrypted) to a certificate "
+                "signed by a CA the brokers trust")
+    if refused:
+        return ("the broker refused this client's certificate: the certificate in "
+                "ssl.certificate.location must be signed by a CA in the brokers' truststore")
+    if "verify failed" in text or "could not be verified" in text or "self-signed" in text \
+            or "issuer" in text or "signature failure" in text:
+        return (f"the broker's certificate is not signed by a CA this client trusts ({trusted}): "
+                "set ssl.ca.location to the PEM file of the CA that signed the brokers' "
+                "certificates (or give it inline in ssl.ca.pem)")
+    if "wrong version number" in text or "record layer" in text or "packet length" in text:
+        return ("the port did not answer TLS: check security.protocol and that bootstrap.servers "
+                "names the brokers' SSL or SASL_SSL listener")
+    return ("check the ssl.* settings: ssl.ca.location (the CA that signed the brokers' "
+            "certificates), ssl.certificate.location and ssl.key.location (a client certificate, "
+            "if the listener requires one)")

@@ -10,16 +10,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import os
 import ssl
 import struct
 
 from twopc.control import messages as m
-from twopc.control.config import ClientSettings
+from twopc.control.config import ClientSettings, tls_failure_advice
 from twopc.control.errors import (
     AuthenticationError,
     BrokerConnectionError,
     ControlError,
     ProtocolError,
+    TlsError,
     error_name,
 )
 from twopc.control.messages import ApiKey
@@ -33,15 +35,28 @@ SOFTWARE_VERSION = "0.1.0"
 
 
 def ssl_context(settings: ClientSettings) -> ssl.SSLContext:
+    """The client's TLS context, from the same settings librdkafka reads: ssl.ca.location (a PEM
+    file or a directory of them; `probe` or unset: the system's CAs), ssl.ca.pem, and a client
+    certificate (ssl.certificate.location, ssl.key.location, ssl.key.password)."""
+    ca = settings.ssl_ca_location if settings.ssl_ca_location != "probe" else None
     try:
-        ctx = ssl.create_default_context(cafile=settings.ssl_ca_location,
-                                         cadata=settings.ssl_ca_pem)
-        if settings.ssl_certificate_location:
+        ctx = ssl.create_default_context(
+            cafile=ca if ca and not os.path.isdir(ca) else None,
+            capath=ca if ca and os.path.isdir(ca) else None, cadata=settings.ssl_ca_pem)
+    except (OSError, ssl.SSLError, ValueError) as exc:
+        given = f"ssl.ca.location={ca}" if ca else "ssl.ca.pem"
+        raise TlsError(f"cannot load the CA certificates of {given}: {exc}; give the PEM file of "
+                       "the CA that signed the brokers' certificates") from exc
+    if settings.ssl_certificate_location:
+        try:
             ctx.load_cert_chain(settings.ssl_certificate_location, settings.ssl_key_location,
                                 settings.ssl_key_password)
-    except (OSError, ssl.SSLError) as exc:
-        raise AuthenticationError(f"cannot load the SSL files given in ssl.*.location: {exc}") \
-            from exc
+        except (OSError, ssl.SSLError) as exc:
+            raise TlsError(
+                f"cannot load the client certificate ssl.certificate.location="
+                f"{settings.ssl_certificate_location} with ssl.key.location="
+                f"{settings.ssl_key_location}: {exc}; give PEM files of a certificate and its key, "
+                "and ssl.key.password if the key is encrypted") from exc
     ctx.check_hostname = settings.ssl_check_hostname and settings.ssl_verify
     if not settings.ssl_verify:
         ctx.verify_mode = ssl.CERT_NONE
@@ -59,6 +74,9 @@ class BrokerConnection:
         self._writer: asyncio.StreamWriter | None = None
         self._reader_task: asyncio.Task[None] | None = None
         self._failure: BaseException | None = None
+        # Until the first answers arrived, a TLS error is the handshake's (a broker that wants a
+        # client certificate says so only after TLS 1.3's handshake): TlsError, not retried.
+        self._established = False
         self.api_versions: dict[int, tuple[int, int]] = {}
         self.finalized_features: dict[str, int] = {}
 
@@ -82,8 +100,7 @@ class BrokerConnection:
                                         server_hostname=self.host if context else None),
                 s.connect_timeout_s)
         except ssl.SSLError as exc:
-            raise AuthenticationError(f"TLS handshake with {self.host}:{self.port} failed: "
-                                      f"{exc}") from exc
+            raise self._tls_error(exc) from exc
         except (OSError, asyncio.TimeoutError) as exc:
             raise BrokerConnectionError(
                 f"cannot connect to broker {self.host}:{self.port}: {exc or 'timed out'}") from exc
@@ -95,6 +112,16 @@ class BrokerConnection:
         except BaseException:
             await self.close()
             raise
+        self._established = True
+
+    def _tls_error(self, exc: ssl.SSLError) -> TlsError:
+        s = self._settings
+        reason = getattr(exc, "verify_message", None) or exc.reason or str(exc)
+        advice = tls_failure_advice(f"{exc} {reason}", {
+            "ssl.ca.location": s.ssl_ca_location, "ssl.ca.pem": s.ssl_ca_pem,
+            "ssl.certificate.location": s.ssl_certificate_location})
+        return TlsError(f"TLS handshake with broker {self.host}:{self.port} failed ({reason}): "
+                        f"{advice}", advice)
 
     async def _negotiate(self) -> None:
         version = m.CLIENT_VERSIONS[ApiKey.API_VERSIONS][1]
@@ -187,6 +214,9 @@ class BrokerConnection:
         except asyncio.CancelledError:
             self._fail(BrokerConnectionError(f"connection to {self.host}:{self.port} closed"))
             raise
+        except ssl.SSLError as exc:
+            self._fail(self._tls_error(exc) if not self._established else BrokerConnectionError(
+                f"connection to broker {self.host}:{self.port} lost: {exc}"))
         except (OSError, asyncio.IncompleteReadError, ControlError) as exc:
             self._fail(BrokerConnectionError(
                 f"connection to broker {self.host}:{self.port} lost: {exc or type(exc).__name__}"))

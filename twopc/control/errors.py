@@ -95,6 +95,16 @@ class AuthenticationError(ControlError):
     """SASL or SSL authentication with a broker failed (credentials, mechanism, certificate)."""
 
 
+class TlsError(AuthenticationError):
+    """The TLS handshake with a broker failed: its certificate is not signed by a trusted CA, does
+    not name the broker's address, or the broker wants a client certificate. The message, and
+    `advice` alone, name the ssl.* setting to change."""
+
+    def __init__(self, message: str, advice: str = "") -> None:
+        super().__init__(message)
+        self.advice = advice
+
+
 class UnsupportedBrokerError(ControlError):
     """The broker is too old or lacks an API this client needs."""
 
