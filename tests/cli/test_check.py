@@ -35,6 +35,39 @@ def test_check_passes_on_a_capable_broker(broker: KafkaUnderTest, topic: str) ->
     assert _status(report, "durability") == "WARN"  # the test broker has replication 1
 
 
+@pytest.mark.all_variants
+def test_check_reports_acks_live_replicas_and_kip939(broker: KafkaUnderTest, topic: str) -> None:
+    """On every broker variant: acks is all (librdkafka's default, forced by idempotence), each
+    partition's live in-sync replicas are counted, and KIP-939 (InitProducerId v6) is not offered
+    by Apache Kafka 4.3.1 or 3.9.2 as configured by default, which the control client agrees
+    with."""
+    from twopc.control import ControlClient
+
+    code, report = _check(broker.bootstrap_servers, "--topic", topic, "--prefix", "job")
+    assert code == 0, report
+    items = {i["name"]: i for i in report["items"]}
+    assert items["producer acks"]["status"] == "OK", items["producer acks"]
+    assert "acks=all" in items["producer acks"]["detail"]
+    replicas = items["in-sync replicas"]
+    assert replicas["status"] == "OK" and "4 partitions, every replica in sync" in \
+        replicas["detail"], replicas
+    assert items["transaction log replicas"]["status"] == "OK", items["transaction log replicas"]
+    kip = items["KIP-939"]
+    assert kip["status"] == "OK" and kip["detail"].startswith("not offered"), kip
+    with ControlClient(broker.config()) as control:
+        assert control.api_versions()[22][1] < 6
+        assert not control.broker_version_hint().two_phase_commit_offered
+
+
+def test_check_fails_on_acks_other_than_all(broker: KafkaUnderTest, topic: str) -> None:
+    code, report = _check(broker.bootstrap_servers, "--topic", topic, "--prefix", "job",
+                          "-X", "acks=1")
+    assert code == 1, report
+    item = next(i for i in report["items"] if i["name"] == "producer acks")
+    assert item["status"] == "FAIL" and "acks=1" in item["detail"], item
+    assert "remove acks" in item["fix"], item
+
+
 def test_check_fails_on_timeout_and_missing_topic(broker: KafkaUnderTest) -> None:
     code, report = _check(broker.bootstrap_servers, "--topic", "no-such-topic", "--prefix", "job",
                           "--transaction-timeout-ms", "99999999")
@@ -142,3 +175,45 @@ def test_the_writer_needs_read_on_the_topic_and_check_says_so(acl_broker: LocalK
     result = write("guard-0-1")
     assert result.rows == len(rows) and result.handle is not None
     assert sum(s.record_count for s in result.handle.spans) == len(rows)
+
+
+@pytest.mark.slow
+@pytest.mark.only_variants("kafka4-3node")
+def test_check_reads_the_live_isr_of_a_replicated_cluster(broker: KafkaUnderTest) -> None:
+    """Replication 3 and min.insync.replicas 2 pass; with one broker SIGKILLed the same topic is
+    under-replicated (WARN), a topic that needs 3 in-sync replicas cannot be written (FAIL), and
+    so is the transaction log's state (WARN); once the broker is back, all is OK again."""
+    import time
+
+    from twopc.control import ControlClient
+
+    if not broker.replicated or broker.local is None:
+        pytest.fail(f"this test kills one broker of a replicated cluster; {broker.variant} is not one")
+    topic = broker.create_topic(3)
+    strict = broker.create_topic(3, config={"min.insync.replicas": "3"})
+    code, report = _check(broker.bootstrap_servers, "--topic", topic, "--prefix", "job")
+    assert code == 0, report
+    assert _status(report, "durability") == _status(report, "in-sync replicas") == "OK", report
+    with ControlClient(broker.config()) as control:
+        victim = broker.victim(control, "leader", partitions=[(topic, 0)])
+    assert victim is not None
+    broker.kill(victim)
+    try:
+        deadline = time.monotonic() + 90
+        while not any(entry.startswith(f"{strict}[") for entry in broker.local.under_replicated()):
+            assert time.monotonic() < deadline, "the controller never shrank the ISR"
+            time.sleep(0.5)
+        code, report = _check(broker.bootstrap_servers, "--topic", topic, "--prefix", "job")
+        assert code == 0, report
+        isr = next(i for i in report["items"] if i["name"] == "in-sync replicas")
+        assert isr["status"] == "WARN" and "under-replicated" in isr["detail"], isr
+        assert _status(report, "transaction log replicas") == "WARN", report
+        code, report = _check(broker.bootstrap_servers, "--topic", strict, "--prefix", "job")
+        assert code == 1, report
+        isr = next(i for i in report["items"] if i["name"] == "in-sync replicas")
+        assert isr["status"] == "FAIL" and "NOT_ENOUGH_REPLICAS" in isr["fix"], isr
+        assert "min.insync.replicas 3" in isr["detail"], isr
+    finally:
+        broker.restart(victim)
+    code, report = _check(broker.bootstrap_servers, "--topic", strict, "--prefix", "job")
+    assert code == 0 and _status(report, "in-sync replicas") == "OK", report

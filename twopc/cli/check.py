@@ -6,12 +6,16 @@ import argparse
 from typing import Any
 
 from twopc.cli._output import emit_json
-from twopc.preflight import Status, run_preflight
+from twopc.preflight import CONNECTION, Status, run_preflight
 
 EPILOG = """Each item is OK, WARN or FAIL, with what to change. The ACLs are tried: InitProducerId on the
-probe id PREFIX-twopc-check (it holds no transaction), and the topic's authorized operations.
+probe id PREFIX-twopc-check (it holds no transaction), and the topic's authorized operations. The
+producer's acks is what librdkafka accepts for the writer's producer (-X settings included); the
+in-sync replicas are each partition's live ones (Metadata), of the topic and of __transaction_state.
+If no broker can be reached (address, TLS, SASL), the only item is `connection`, saying why.
 
-exit codes: 0 no FAIL (WARNs allowed); 1 at least one FAIL; 2 bad arguments.
+exit codes: 0 no FAIL (WARNs allowed); 1 at least one FAIL; 2 bad arguments, or the cluster
+unreachable (the `connection` item).
 
 example:
   twopc check --bootstrap-servers 127.0.0.1:9092 --topic events --prefix orders-job
@@ -38,6 +42,7 @@ def _check(args: argparse.Namespace) -> int:
               **dict(item.split("=", 1) for item in args.extra)}
     items = run_preflight(config, args.topic, args.prefix, args.transaction_timeout_ms)
     failed = any(i.status is Status.FAIL for i in items)
+    unreachable = any(i.name == CONNECTION and i.status is Status.FAIL for i in items)
     if args.json:
         emit_json({"passed": not failed, "items": [i.as_dict() for i in items]})
     else:
@@ -45,4 +50,4 @@ def _check(args: argparse.Namespace) -> int:
             print(f"{i.status.value:<4}  {i.name}: {i.detail}")
             if i.fix:
                 print(f"      fix: {i.fix}")
-    return 1 if failed else 0
+    return 2 if unreachable else 1 if failed else 0
