@@ -5,6 +5,9 @@ flush), then the transaction coordinator of the query's transactional ids (the c
 its first EndTxn). The query goes on each time with the two brokers left (librdkafka and twopc's
 control client follow the leader and the coordinator to their new brokers); the audit finds every
 record exactly once, none missing, no transaction left open, no partition held back.
+
+Slow (a cluster of four JVMs, two Spark drivers, two broker restarts): `pytest -m slow
+tests/spark/test_replicated.py`; the record of its runs is in docs/replicated.md.
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ from twopc.handle import transactional_id
 from twopc.testing.brokers import KafkaUnderTest
 from twopc.testing.drivers import DriverProcess, write_json_files
 
-pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.only_variants("kafka4-3node")]
+pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.slow,
+              pytest.mark.only_variants("kafka4-3node")]
 
 PARTITIONS = 4  # the query repartitions to 4 Spark partitions, the topic has 4 partitions
 ROWS = 60
