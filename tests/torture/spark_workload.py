@@ -48,7 +48,8 @@ from twopc.testing.drivers import DriverProcess, write_json_files
 from twopc.testing.faulty_fs import CONTROL_ENV, clear_control, write_control
 
 MASTER = "local[2,4]"  # local[N,F]: up to 4 attempts per task, so a killed task is retried
-RUN_LIMIT_S = 240.0  # one driver run; far above the ~15 s a run takes
+RUN_LIMIT_S = 480.0  # one driver run; far above the ~15 s a run takes, and a broker restart
+# the harness does meanwhile (up to START_TIMEOUT_S) on a loaded machine
 PAUSE_LIMIT_S = 180.0  # a paused commit wakes by itself after this (the harness wakes it first)
 SHORT_TIMEOUT_MS = 6000  # pause_past_timeout: the broker aborts the batch within seconds
 SHORT_MARGIN_MS = 1000

@@ -18,6 +18,9 @@ from twopc.broker.spec import BrokerSpec
 from twopc.broker.tls import TlsMaterial, make_tls_material
 
 CONTROLLER_ID = 1000  # the dedicated controller of a multi-broker cluster
+# How long a start or restart may take before it counts as failed: a liveness bound, generous
+# because a JVM start on a shared, loaded machine has taken over 90 s.
+START_TIMEOUT_S = 180.0
 
 
 def free_port() -> int:
@@ -85,7 +88,7 @@ class LocalKafka:
         raise KeyError(f"no broker with node id {node_id}")
 
     # --- lifecycle -------------------------------------------------------------------------------
-    def start(self, timeout_s: float = 90.0) -> LocalKafka:
+    def start(self, timeout_s: float = START_TIMEOUT_S) -> LocalKafka:
         began = time.monotonic()
         classpath = kafka_classpath(self.spec.kafka_version)
         if self.spec.tls:
@@ -107,7 +110,7 @@ class LocalKafka:
         self.startup_seconds = time.monotonic() - began
         return self
 
-    def wait_ready(self, timeout_s: float = 90.0) -> None:
+    def wait_ready(self, timeout_s: float = START_TIMEOUT_S) -> None:
         """Return once every broker answers Metadata and sees all its peers."""
         from confluent_kafka.admin import AdminClient
 
@@ -138,7 +141,7 @@ class LocalKafka:
         for node in targets:
             node.kill()
 
-    def restart(self, node_id: int | None = None, timeout_s: float = 90.0) -> None:
+    def restart(self, node_id: int | None = None, timeout_s: float = START_TIMEOUT_S) -> None:
         """Start killed or stopped nodes again on their existing data (no re-format).
 
         With several brokers, return only once every partition is fully replicated again, as a
@@ -166,7 +169,7 @@ class LocalKafka:
                 for t in md.topics.values() for p in t.partitions.values()
                 if p.leader < 0 or len(p.isrs) < len(p.replicas)]
 
-    def wait_fully_replicated(self, timeout_s: float = 90.0) -> None:
+    def wait_fully_replicated(self, timeout_s: float = START_TIMEOUT_S) -> None:
         deadline = time.monotonic() + timeout_s
         lagging: list[str] = []
         while time.monotonic() < deadline:
