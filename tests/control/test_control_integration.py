@@ -17,6 +17,7 @@ from twopc.audit import wait_until_stable
 from twopc.control import (
     ControlClient,
     EndTxnRequest,
+    KafkaApiError,
     LogOutcome,
     OutcomeKind,
     TxnState,
@@ -217,3 +218,21 @@ def test_many_commits_in_parallel(broker: KafkaUnderTest, topic: str,
                                 for t in txns])
     assert {o.kind for o in outcomes.values()} == {OutcomeKind.COMMITTED}
     assert len(read_committed(broker.bootstrap_servers, topic)) == 8 * 3
+
+
+def test_coordinators_and_leaders_name_the_brokers_clients_use(broker: KafkaUnderTest, topic: str,
+                                                               client: ControlClient) -> None:
+    """The node ids librdkafka's own metadata names: the leader of each partition, and (for an id
+    with a transaction) the coordinator DescribeTransactions was answered by."""
+    txn = open_txn(broker.bootstrap_servers, topic)
+    brokers = set(AdminClient(broker.config()).list_topics(timeout=10).brokers)
+    coordinators = client.coordinators([txn.transactional_id, "never-used-id"])
+    assert set(coordinators.values()) <= brokers
+    described = client.describe_transactions([txn.transactional_id])[txn.transactional_id]
+    assert coordinators[txn.transactional_id] == described.coordinator_id
+    md = AdminClient(broker.config()).list_topics(topic, timeout=10).topics[topic]
+    assert client.leaders([(topic, p) for p in md.partitions]) == {
+        (topic, p): m.leader for p, m in md.partitions.items()}
+    with pytest.raises(KafkaApiError, match="UNKNOWN_TOPIC_OR_PARTITION"):
+        client.leaders([(topic, 99)])
+    assert end(client, txn, False) is OutcomeKind.ABORTED

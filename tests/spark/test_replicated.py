@@ -29,7 +29,7 @@ from twopc.handle import transactional_id
 from twopc.testing.brokers import KafkaUnderTest
 from twopc.testing.drivers import DriverProcess, write_json_files
 
-pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.slow,
+pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1800),
               pytest.mark.only_variants("kafka4-3node")]
 
 PARTITIONS = 4  # the query repartitions to 4 Spark partitions, the topic has 4 partitions
