@@ -27,6 +27,7 @@ from twopc.testing.brokers import (
     start_kafka,
     start_secured_kafka,
 )
+from twopc.testing.s3 import LocalS3, S3Server
 
 _startup_times: list[tuple[str, float]] = []
 
@@ -103,6 +104,13 @@ def scenario(broker: KafkaUnderTest, make_topic: Callable[..., str], tmp_path: P
 def topic(broker: KafkaUnderTest) -> str:
     """A fresh 4-partition topic."""
     return broker.create_topic(4)
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    """A local S3-compatible server (moto, one request at a time: twopc/testing/s3.py)."""
+    with LocalS3() as server:
+        yield server
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

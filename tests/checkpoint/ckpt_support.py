@@ -6,33 +6,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import boto3
 from hypothesis import strategies as st
 
 from checkpoint import Log, open_log
+from twopc.testing.s3 import S3Server
 
 BUCKET = "twopc-checkpoint-tests"
-
-
-@dataclass(frozen=True)
-class S3Server:
-    endpoint: str
-
-    def storage_options(self) -> dict[str, Any]:
-        return {
-            "key": "testing",
-            "secret": "testing",
-            "client_kwargs": {"endpoint_url": self.endpoint, "region_name": "us-east-1"},
-        }
-
-    def client(self) -> Any:
-        return boto3.client(
-            "s3",
-            endpoint_url=self.endpoint,
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-            region_name="us-east-1",
-        )
 
 
 @dataclass(frozen=True)

@@ -308,7 +308,7 @@ def test_probe_catches_a_server_that_ignores_the_condition() -> None:
     assert problem is not None and "second create" in problem
 
 
-def test_s3_server_honours_if_none_match(s3_server: S3Server) -> None:
+def test_s3_server_honours_if_none_match(s3_server: S3Server, s3_bucket: str) -> None:
     client = s3_server.client()
     key = f"raw-{uuid.uuid4().hex}"
     client.put_object(Bucket=BUCKET, Key=key, Body=b"1", IfNoneMatch="*")
