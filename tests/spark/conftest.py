@@ -1,4 +1,5 @@
-"""One SparkSession for the Spark tests (local mode, small heap, no UI), stopped at the end."""
+"""One SparkSession for the Spark tests (local mode, small heap, no UI), stopped at the end, and one
+Spark standalone cluster for the cluster tests (test_cluster.py), torn down at the end."""
 
 from __future__ import annotations
 
@@ -8,6 +9,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+
+from twopc.testing.spark_cluster import SparkCluster
+
+from .cluster import ClusterSetup, build_twopc_zip, python_without_twopc
 
 
 def spark_builder(master: str = "local[2]") -> Any:
@@ -35,3 +40,15 @@ def spark() -> Iterator[Any]:
     twopc.spark.register(session)
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def cluster_setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterSetup]:
+    """A Spark standalone cluster (a master, two 1-core workers) for the whole session, the
+    interpreter its executors run (twopc's dependencies, not twopc) and twopc shipped as a zip.
+    If any of it cannot be had, every test that uses it fails with the reason (ClusterError ...)."""
+    root = tmp_path_factory.mktemp("spark-cluster")
+    py_files = build_twopc_zip(root / "package")
+    python = python_without_twopc(root / "executor-python")
+    with SparkCluster(root / "cluster", workers=2, cores=1, worker_memory_mb=1024).start() as cluster:
+        yield ClusterSetup(cluster, python, py_files)

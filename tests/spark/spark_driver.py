@@ -5,8 +5,10 @@
     python spark_driver.py kafka  CONFIG_JSON   # Kafka topic -> kafka2pc + commitSourceOffsets
 
 CONFIG_JSON: {"master", "bootstrap", "topic", "checkpoint", "prefix", "rows" | "source",
-"spark_checkpoint", "job_id", "first", "options"}; batch rows are ids first..first+rows-1 (first: 0 by
-default); "options" (optional) adds or overrides sink options.
+"spark_checkpoint", "job_id", "first", "partitions", "options"}; batch rows are ids
+first..first+rows-1 (first: 0 by default) in "partitions" partitions (4); "options" (optional) adds or
+overrides sink options. "master": "spark-submit" takes the master and the driver's settings from
+spark-submit (tests on a standalone cluster: tests/spark/test_cluster.py).
 Prints one line `RESULT <json>` on success.
 
 Mode kafka reads `source_topic` with Spark's Kafka source (its jars: twopc.broker.artifacts), drops
@@ -32,7 +34,10 @@ from typing import Any
 def main() -> None:
     mode, raw = sys.argv[1], sys.argv[2]
     cfg = json.loads(raw)
-    os.environ["PYSPARK_PYTHON"] = sys.executable
+    master = cfg.get("master", "local[2]")
+    if master != "spark-submit":
+        # Under spark-submit, PYSPARK_PYTHON is its spark.pyspark.python: the executors' interpreter.
+        os.environ["PYSPARK_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
     import twopc.spark
@@ -42,15 +47,16 @@ def main() -> None:
         from twopc.broker.artifacts import spark_kafka_jars
 
         builder = builder.config("spark.jars", ",".join(spark_kafka_jars()))
+    if master != "spark-submit":
+        builder = (builder.master(master).config("spark.driver.memory", "1g")
+                   .config("spark.ui.enabled", "false"))
     spark = (
-        builder.master(cfg.get("master", "local[2]"))
-        .config("spark.driver.memory", "1g")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "4")
+        builder.config("spark.sql.shuffle.partitions", "4")
         .config("spark.sql.adaptive.enabled", "false")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
+    print("APP " + spark.sparkContext.applicationId, flush=True)  # tests find its executors by it
     twopc.spark.register(spark)
     options = {
         "kafka.bootstrap.servers": cfg["bootstrap"],
@@ -63,7 +69,7 @@ def main() -> None:
     try:
         if mode == "batch":
             first = cfg.get("first", 0)
-            df = spark.range(first, first + cfg["rows"], 1, 4).selectExpr(
+            df = spark.range(first, first + cfg["rows"], 1, cfg.get("partitions", 4)).selectExpr(
                 "concat('" + cfg["prefix"] + "-', cast(id as string)) as value"
             )
             df.write.format("kafka2pc").options(**options).option("twopc.jobId", cfg["job_id"]).mode(

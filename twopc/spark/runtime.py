@@ -311,8 +311,10 @@ def task_write(
         healthy = True
     finally:
         _release_client(config, control, healthy=healthy)
-    # A task that dies after its pre-commit, before Spark hears of it (tests: retries, orphans).
+    # A task that dies after its pre-commit, before Spark hears of it (tests: retries, orphans), or
+    # one partition's attempt that lingers there (tests: a speculative copy wins meanwhile).
     crash_point(f"spark.task.precommitted.attempt{attempt}")
+    crash_point(f"spark.task.precommitted.partition{task_partition}.attempt{attempt}")
     return result
 
 
