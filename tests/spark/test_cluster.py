@@ -36,6 +36,8 @@ BUCKET = "twopc-spark-cluster"
 TIMEOUT_MS = "300000"
 FILES = 3
 PER_FILE = 40
+# The default suite runs three of them on local files (streaming, speculation, an executor killed
+# mid-write: ~4 min on a loaded 2-core machine); the rest are slow (docs/cluster-report.md).
 slow = pytest.mark.slow
 
 
@@ -134,6 +136,7 @@ def test_streaming_on_the_cluster_is_exactly_once(
     assert len(executors_of(job)) == 2, executors_of(job)
 
 
+@slow
 def test_streaming_with_json_storage_options_on_s3(
     cluster_setup: ClusterSetup, broker: KafkaUnderTest, topic: str, s3_server: S3Server,
     cluster_bucket: str, tmp_path: Path
@@ -149,6 +152,7 @@ def test_streaming_with_json_storage_options_on_s3(
     assert len(log.kinds("committed")) == FILES
 
 
+@slow
 def test_batch_on_the_cluster_is_exactly_once(
     cluster_setup: ClusterSetup, broker: KafkaUnderTest, topic: str, twopc_log: TwopcLog,
     tmp_path: Path
@@ -281,6 +285,7 @@ def test_an_executor_killed_mid_commit(
 # --- the driver SIGKILLed, restarted against the same cluster ------------------------------------
 
 
+@slow
 def test_the_driver_killed_mid_commit_and_restarted(
     cluster_setup: ClusterSetup, broker: KafkaUnderTest, topic: str, twopc_log: TwopcLog,
     tmp_path: Path
