@@ -37,7 +37,7 @@ TIMEOUT_MS = "300000"
 FILES = 3
 PER_FILE = 40
 # The default suite runs three of them on local files (streaming, speculation, an executor killed
-# mid-write: ~4 min on a loaded 2-core machine); the rest are slow (docs/cluster-report.md).
+# mid-write: 4 to 6 min on a loaded 2-core machine); the rest are slow (docs/cluster-report.md).
 slow = pytest.mark.slow
 
 
