@@ -29,6 +29,10 @@ SCOPE_VAR = "TWOPC_CRASH_SCOPE"
 # process (the streaming demo) reaches each point once per batch; the file lets its parent choose
 # the batch by creating it, where the point's name alone would always pick the first one.
 ARM_FILE_VAR = "TWOPC_CRASH_WHEN_EXISTS"
+# TWOPC_CLOCK_SKEW_MS=n: the wall clock readings the protocol takes in this process (the writer's
+# reading next to its transaction's start, wall_clock_ms) run n ms ahead (negative: behind). Clocks
+# cannot be moved on a test machine; this makes one executor's clock wrong, for tests only.
+CLOCK_SKEW_VAR = "TWOPC_CLOCK_SKEW_MS"
 
 
 def _kill_session() -> None:
@@ -60,6 +64,11 @@ def crash_point(name: str) -> None:
         until = os.environ.get(PAUSE_UNTIL_VAR)
         while time.monotonic() < deadline and not (until and os.path.exists(until)):
             time.sleep(0.05)
+
+
+def wall_clock_ms() -> int:
+    """This process's wall clock in milliseconds (shifted by ``TWOPC_CLOCK_SKEW_MS`` if set)."""
+    return time.time_ns() // 1_000_000 + int(os.environ.get(CLOCK_SKEW_VAR) or 0)
 
 
 def armed(prefix: str = "") -> bool:

@@ -32,7 +32,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from twopc.checksum import MultisetChecksum, identity_hashes, record_hashes, warm_up
 from twopc.control import ControlClient, TransactionDescription, TxnState
 from twopc.control.config import tls_failure_advice
-from twopc.crashpoints import crash_point
+from twopc.crashpoints import crash_point, wall_clock_ms
 from twopc.handle import Handle, PartitionSpan, ResultKind, WriteResult
 from twopc.rows import (
     Columns,
@@ -601,7 +601,7 @@ class _Transaction:
         pid, epoch = int(eos.get("producer_id", -1)), int(eos.get("producer_epoch", -1))
         state = str(eos.get("txn_state"))
         desc = control.describe_transactions([self.tid])[self.tid]
-        writer_clock_ms = int(time.time() * 1000)  # after the answer: never before its start
+        writer_clock_ms = wall_clock_ms()  # after the answer: never before its start
         view = f"{state} with producer id {pid} epoch {epoch}"
         if (state != "InTransaction" or desc.state is not TxnState.ONGOING
                 or not desc.holds(pid, epoch)):

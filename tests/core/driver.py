@@ -2,9 +2,10 @@
 
     TWOPC_CRASH_AT=coordinator.after_intent python -m tests.core.driver < call.json
 
-Call: {"log", "bootstrap", "owner_id", "prefix", "action": "commit"|"abort"|"recover", "batch",
-"results": [WriteResult objects], "margin_ms", "settle_wait_ms", "offsets": SourceOffsets object
-(optional: the batch's source offsets, committed with it)}.
+Call: {"log", "bootstrap", "owner_id", "owner_kind" ("query" by default, or "job"), "prefix",
+"action": "commit"|"abort"|"recover", "batch", "results": [WriteResult objects], "margin_ms",
+"settle_wait_ms", "retain_batches", "offsets": SourceOffsets object (optional: the batch's source
+offsets, committed with it)}.
 Prints one JSON line: {"ok": summary} or {"error": class name, "message"}; exit 0 or 3.
 """
 
@@ -24,10 +25,12 @@ from twopc.source_offsets import SourceOffsets
 def main() -> int:
     call = json.load(sys.stdin)
     control = ControlClient({"bootstrap.servers": call["bootstrap"]})
-    coord = Coordinator(open_log(call["log"]), control, owner_kind="query",
+    coord = Coordinator(open_log(call["log"]), control,
+                        owner_kind=call.get("owner_kind", "query"),
                         owner_id=call["owner_id"], prefix=call["prefix"],
                         margin_ms=call.get("margin_ms", 2000),
-                        settle_wait_ms=call.get("settle_wait_ms", 30000))
+                        settle_wait_ms=call.get("settle_wait_ms", 30000),
+                        retain_batches=call.get("retain_batches", 10))
     results = [WriteResult.from_obj(r) for r in call.get("results", [])]
     try:
         if call["action"] == "commit":

@@ -38,6 +38,7 @@ class Scenario:
     partitions: int = 4
     rows: int = 5
     timeout_ms: int = 60000
+    owner_kind: str = "query"  # "job": the batches are batch jobs' ids (kept in the log's index)
     expected: dict[str, set[str]] = field(default_factory=dict)
 
     def ids(self, batch: str, p: int, tag: str = "") -> list[str]:
@@ -60,13 +61,14 @@ class Scenario:
                          timeout_ms or self.timeout_ms)
 
     def write_real(self, batch: str, txns: Sequence[dict[str, Any]] | None = None,
-                   timeout_ms: int | None = None,
-                   crash_at: str | None = None) -> list[WriteResult] | None:
+                   timeout_ms: int | None = None, crash_at: str | None = None,
+                   env: dict[str, str] | None = None) -> list[WriteResult] | None:
         """Like `write`, with the real writer (tests/core/task.py); None if the task process was
-        SIGKILLed at `crash_at` (a writer crash point)."""
+        SIGKILLed at `crash_at` (a writer crash point). `env`: more environment for the task
+        process (test hooks such as TWOPC_CLOCK_SKEW_MS)."""
         txns = [self.txn(batch, p) for p in range(self.partitions)] if txns is None else txns
         return run_tasks(self.broker.bootstrap_servers, batch, txns,
-                         timeout_ms or self.timeout_ms, crash_at)
+                         timeout_ms or self.timeout_ms, crash_at, env)
 
     def expect(self, batch: str, tag: str = "") -> None:
         """The rows of `batch` must end up visible exactly once."""
@@ -76,15 +78,17 @@ class Scenario:
     def coordinator(self, control: ControlClient, **kw: Any) -> Coordinator:
         kw.setdefault("margin_ms", 2000)
         kw.setdefault("settle_wait_ms", 30000)
-        return Coordinator(open_log(self.log_url), control, owner_kind="query",
+        return Coordinator(open_log(self.log_url), control, owner_kind=self.owner_kind,
                            owner_id=self.owner_id, prefix=self.prefix, **kw)
 
     def drive(self, action: str, batch: str, results: Sequence[WriteResult] = (),
-              crash_at: str | None = None, **extra: Any) -> dict[str, Any]:
+              crash_at: str | None = None, stderr: bool = False,
+              **extra: Any) -> dict[str, Any]:
         return run_driver({"log": self.log_url, "bootstrap": self.broker.bootstrap_servers,
-                           "owner_id": self.owner_id, "prefix": self.prefix, "action": action,
+                           "owner_id": self.owner_id, "owner_kind": self.owner_kind,
+                           "prefix": self.prefix, "action": action,
                            "batch": batch, "results": [r.to_obj() for r in results], **extra},
-                          crash_at)
+                          crash_at, stderr=stderr)
 
     def audit(self) -> None:
         """Exactly once: each expected id once, nothing else, and no open transaction."""
@@ -107,9 +111,11 @@ def precommit(bootstrap: str, batch: str, txns: Sequence[dict[str, Any]],
 
 
 def run_tasks(bootstrap: str, batch: str, txns: Sequence[dict[str, Any]], timeout_ms: int,
-              crash_at: str | None = None) -> list[WriteResult] | None:
+              crash_at: str | None = None,
+              more_env: dict[str, str] | None = None) -> list[WriteResult] | None:
     spec = {"bootstrap": bootstrap, "batch": batch, "timeout_ms": timeout_ms, "txns": list(txns)}
     env = {k: v for k, v in os.environ.items() if not k.startswith("TWOPC_")}
+    env.update(more_env or {})
     if crash_at:
         env["TWOPC_CRASH_AT"] = crash_at
     proc = subprocess.run([sys.executable, "-m", "tests.core.task"], input=json.dumps(spec),
@@ -122,8 +128,9 @@ def run_tasks(bootstrap: str, batch: str, txns: Sequence[dict[str, Any]], timeou
 
 
 def run_driver(call: dict[str, Any], crash_at: str | None = None,
-               env: dict[str, str] | None = None) -> dict[str, Any]:
-    """Run one driver call in a fresh process; {"killed": True} if it died by SIGKILL."""
+               env: dict[str, str] | None = None, stderr: bool = False) -> dict[str, Any]:
+    """Run one driver call in a fresh process; {"killed": True} if it died by SIGKILL. With
+    `stderr`, the answer's "stderr" holds the tail of the process's stderr (its log lines)."""
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("TWOPC_")}
     full_env.update(env or {})
     if crash_at:
@@ -137,6 +144,8 @@ def run_driver(call: dict[str, Any], crash_at: str | None = None,
     assert lines, f"driver printed nothing (rc {proc.returncode}): {proc.stderr[-3000:]}"
     out: dict[str, Any] = json.loads(lines[-1])
     out["rc"] = proc.returncode
+    if stderr:
+        out["stderr"] = proc.stderr[-5000:]
     return out
 
 

@@ -8,7 +8,10 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -47,3 +50,63 @@ def errors_of(stderr: str, limit: int = 3000) -> str:
     """The Python and Spark error lines of a driver's stderr, without the JVM stack frames."""
     lines = [line for line in stderr.splitlines() if not line.lstrip().startswith("at ")]
     return "\n".join(lines)[-limit:]
+
+
+class BackgroundDriver:
+    """spark_driver.py running in its own session while the test does something else; its stderr is
+    read as it comes (to see it reach a pause point)."""
+
+    def __init__(self, mode: str, cfg: dict[str, Any], env: dict[str, str]) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, str(DRIVER), mode, json.dumps(cfg)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, **env}, start_new_session=True,
+        )
+        self._out: list[str] = []
+        self._err: list[str] = []
+        self._readers = [threading.Thread(target=_collect, args=(stream, into), daemon=True)
+                         for stream, into in ((self.proc.stdout, self._out),
+                                              (self.proc.stderr, self._err))]
+        for reader in self._readers:
+            reader.start()
+
+    @property
+    def stderr(self) -> str:
+        return "".join(self._err)
+
+    def wait_for(self, needle: str, timeout_s: float) -> None:
+        """Until `needle` appears in its stderr; AssertionError if the driver ends or the time runs
+        out first."""
+        deadline = time.monotonic() + timeout_s
+        while needle not in self.stderr:
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"the driver never printed {needle!r}: {errors_of(self.stderr)}")
+            time.sleep(0.2)
+
+    def finish(self, timeout_s: float) -> subprocess.CompletedProcess[str]:
+        self.proc.wait(timeout=timeout_s)
+        for reader in self._readers:
+            reader.join(10)
+        return subprocess.CompletedProcess(self.proc.args, self.proc.returncode, "".join(self._out),
+                                           self.stderr)
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+
+def _collect(stream: Any, into: list[str]) -> None:
+    for line in stream:
+        into.append(line)
+
+
+@contextlib.contextmanager
+def background_driver(mode: str, cfg: dict[str, Any],
+                      env: dict[str, str]) -> Iterator[BackgroundDriver]:
+    """A BackgroundDriver whose whole process group is SIGKILLed when the block ends."""
+    driver = BackgroundDriver(mode, cfg, env)
+    try:
+        yield driver
+    finally:
+        driver.kill()

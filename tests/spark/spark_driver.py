@@ -3,6 +3,7 @@
     python spark_driver.py batch  CONFIG_JSON   # df.write.format("kafka2pc") of N rows
     python spark_driver.py stream CONFIG_JSON   # JSON files -> kafka2pc, availableNow, 4 partitions
     python spark_driver.py kafka  CONFIG_JSON   # Kafka topic -> kafka2pc + commitSourceOffsets
+    python spark_driver.py job    CONFIG_JSON   # write_exactly_once of the batch rows; prints its report
 
 CONFIG_JSON: {"master", "bootstrap", "topic", "checkpoint", "prefix", "rows" | "source",
 "spark_checkpoint", "job_id", "first", "partitions", "options"}; batch rows are ids
@@ -67,11 +68,17 @@ def main() -> None:
         **cfg.get("options", {}),
     }
     try:
-        if mode == "batch":
+        if mode in ("batch", "job"):
             first = cfg.get("first", 0)
             df = spark.range(first, first + cfg["rows"], 1, cfg.get("partitions", 4)).selectExpr(
                 "concat('" + cfg["prefix"] + "-', cast(id as string)) as value"
             )
+            if mode == "job":
+                report = twopc.spark.write_exactly_once(df, cfg["job_id"], options)
+                shown = {"rows": report.rows, "transactions": report.transactions,
+                         "skipped": report.skipped, "text": str(report)}
+                print("RESULT " + json.dumps({"ok": True, "report": shown}), flush=True)
+                return
             df.write.format("kafka2pc").options(**options).option("twopc.jobId", cfg["job_id"]).mode(
                 "append"
             ).save()
