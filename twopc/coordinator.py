@@ -26,14 +26,16 @@ from twopc.control import ControlClient, EndTxnOutcome, EndTxnRequest, TxnState
 from twopc.crashpoints import crash_point
 from twopc.decisions import (
     BatchOutcome,
+    BatchState,
     BatchStatus,
     CommitAction,
     Fate,
     Verdict,
     fate_of_end_txn,
+    job_state,
     plan_abort,
     plan_commit,
-    purge_below,
+    plan_purge,
     unnamed_open,
 )
 from twopc.errors import (
@@ -130,9 +132,7 @@ class Coordinator:
         """Read-only: has this query/job committed `batch`? (Executors skip writing if so.)"""
         if not check_binding(self.log, self.binding, create=False):
             return False
-        if self.binding.owner_kind == "job" and self.log.index.get(_job_key(batch)) is not None:
-            return True
-        return Session(self.log).state.batch(batch).status is BatchStatus.COMMITTED
+        return self._batch_state(Session(self.log), batch).status is BatchStatus.COMMITTED
 
     def commit(self, batch: str, results: Sequence[WriteResult | None],
                offsets: SourceOffsets | None = None) -> CommitReport:
@@ -155,7 +155,7 @@ class Coordinator:
         session = Session(self.log)
         recovery: RecoveryReport | None = None
         for _ in range(2):  # at most one settling of an open intent, then a plan on firm ground
-            state = session.state.batch(batch)
+            state = self._batch_state(session, batch)
             if skipped and state.status is not BatchStatus.COMMITTED:
                 reason = (f"Spark partitions {sorted(skipped)} skipped writing because the batch "
                           "looked committed, but the log does not show it committed")
@@ -208,7 +208,7 @@ class Coordinator:
                 report.recovery.raise_if_undecided()
             except Exception as exc:  # fence the others first, then report it
                 undecided = exc
-        state = session.state.batch(batch)
+        state = self._batch_state(session, batch)
         _, others = plan_abort(state, handles)
         ids = tuple(h.transactional_id for h in others)
         if state.status is BatchStatus.COMMITTED:
@@ -422,8 +422,18 @@ class Coordinator:
         return release_stranded_commits(session, self.control, committed, wait_ms=wait,
                                         grace_ms=min(STRANDED_GRACE_MS, wait))
 
+    def _batch_state(self, session: Session, batch: str) -> BatchState:
+        """The batch as the log shows it; for a batch job, also as the job-id index does (its
+        records may be purged). The log is read first: a purge indexes a job before its records
+        go, so a job this read did not find in the log is in the index by the time it is asked."""
+        state = session.state.batch(batch)
+        if self.binding.owner_kind != "job" or state.status is BatchStatus.COMMITTED:
+            return state
+        return job_state(state, self.log.index.get(_job_key(batch)) is not None)
+
     def _remember_job(self, batch: str, seq: int | None) -> None:
         # Job ids outlive purges in the index, so a late re-run of an old job still writes nothing.
+        # Written here as soon as this call knows; _purge guarantees it for every other path.
         if self.binding.owner_kind != "job" or seq is None:
             return
         with contextlib.suppress(KeyExists):  # recorded by an earlier call (a retry): same fact
@@ -433,9 +443,13 @@ class Coordinator:
         # Only the holder of the fence purges: a call that has just appended.
         if not session.appended:
             return
-        below = purge_below(session.state, self.retain_batches)
-        if below is not None and below > self.log.low_water_mark():
-            self.log.purge(below)
+        plan = plan_purge(session.state, self.retain_batches, self.log.low_water_mark(),
+                          jobs=self.binding.owner_kind == "job")
+        if plan is None:
+            return
+        for job in plan.to_index:  # before the mark moves: a crash in between loses nothing
+            self._remember_job(job.batch, job.last_seq)
+        self.log.purge(plan.below)
 
 
 def _job_key(batch: str) -> str:

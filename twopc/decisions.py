@@ -11,6 +11,8 @@ only fetch the inputs and carry out the answers.
     log check ──fate_of_log_check──> committed / aborted / undecided(reason) / wait
     fates of a batch ──verdict──> committed / aborted / partial / undecided
     partial batch + re-run ──plan_repair──> duplicates, to commit, or the losses
+    a batch job's state + the job-id index ──job_state──> committed if either says so
+    the log ──plan_purge──> the new low-water mark, and the committed jobs to index before it moves
 """
 
 from __future__ import annotations
@@ -334,7 +336,44 @@ def unnamed_open(prefix: str, open_ids: Iterable[str], protected: Iterable[str])
     return tuple(sorted({t for t in open_ids if in_pool(prefix, t) and t not in keep}))
 
 
-# ---- purge ------------------------------------------------------------------------------------
+# ---- batch jobs and the purge -----------------------------------------------------------------
+#
+# A batch job's id is a batch of the log (DESIGN.md section 5): once its records are purged, only
+# the log's index can say that the job committed, and a re-run of a committed job must write nothing.
+# So the purge itself puts every committed job whose records it removes into the index first: no
+# path that commits a job (a fresh commit, a roll-forward by recovery, abort() or a retried commit,
+# an operator's resolution, a driver killed between its Committed record and anything after it) can
+# then lose it. Index entries are facts that never change (a committed batch stays committed), so
+# a purging call whose view of the log is stale still writes only true ones.
+
+
+def job_state(state: BatchState, indexed: bool) -> BatchState:
+    """A batch job's state: what the log shows, or COMMITTED if the job-id index names the job and
+    the log (purged) shows no more than fences of it (NONE, or ABORTED: an Aborted record without
+    intent after the commit). The index names only committed jobs, so it never overrides an open
+    intent or a partly committed batch still in the log."""
+    if indexed and state.status in (BatchStatus.NONE, BatchStatus.ABORTED):
+        return replace(state, status=BatchStatus.COMMITTED)
+    return state
+
+
+@dataclass(frozen=True)
+class PurgePlan:
+    below: int  # the new low-water mark
+    to_index: tuple[BatchState, ...]  # committed batch jobs losing records: into the index first
+
+
+def plan_purge(state: LogState, retain_batches: int, mark: int, *, jobs: bool) -> PurgePlan | None:
+    """What a purge of a log whose low-water mark is `mark` does (None: nothing). For a log of
+    batch jobs (`jobs`), every committed job with a record below the new mark goes into the index
+    before the mark moves (a job whose first records were purged earlier is in it already)."""
+    below = purge_below(state, retain_batches)
+    if below is None or below <= mark:
+        return None
+    cut = tuple(sorted((b for b in state.batches.values()
+                        if b.status is BatchStatus.COMMITTED and b.first_seq < below),
+                       key=lambda b: b.first_seq)) if jobs else ()
+    return PurgePlan(below, cut)
 
 
 def purge_below(state: LogState, retain_batches: int) -> int | None:

@@ -33,9 +33,11 @@ from twopc.decisions import (
     fate_of_log_check,
     fold,
     in_pool,
+    job_state,
     pass1,
     plan_abort,
     plan_commit,
+    plan_purge,
     plan_repair,
     purge_below,
     unnamed_open,
@@ -345,3 +347,86 @@ def test_exhaustive_small_batch_outcomes() -> None:
         for combo in itertools.product([Fate.COMMITTED, Fate.ABORTED, Fate.UNKNOWN], repeat=n):
             out = batch_outcome({str(i): Verdict(f) for i, f in enumerate(combo)})
             assert (out is BatchOutcome.UNDECIDED) == (Fate.UNKNOWN in combo)
+
+
+# ---- batch jobs: the job-id index and the purge -------------------------------------------------
+
+
+def test_job_state_table() -> None:
+    """The index holds only committed jobs: it lifts a job whose records were purged (the fold then
+    shows nothing, or only fences) and never overrides what the log itself still shows."""
+    lifted = {BatchStatus.NONE: BatchStatus.COMMITTED, BatchStatus.ABORTED: BatchStatus.COMMITTED}
+    for status in BatchStatus:
+        state = BatchState("j", status)
+        assert job_state(state, indexed=False) == state
+        assert job_state(state, indexed=True).status is lifted.get(status, status)
+
+
+JOB_ACTIONS = ["commit", "commit_unindexed", "commit_empty", "crash_after_intent", "settle",
+               "abort_intent", "fence", "duplicates", "purge"]
+
+
+@settings(max_examples=400)
+@given(st.lists(st.tuples(st.sampled_from(JOB_ACTIONS), st.sampled_from(["J1", "J2", "J3", "J4"]),
+                          st.integers(0, 3)), max_size=40))
+def test_a_committed_job_is_never_lost_by_the_purge(steps: list[tuple[str, str, int]]) -> None:
+    """Jobs committed along every path (indexed at once, or not: a crash between the Committed record
+    and the index, a roll-forward by recovery or abort()), purges at random: a job once committed
+    stays committed for job_state (the log's own records, or the index), and the index never
+    names a job that did not commit."""
+    records: list[tuple[int, LogRecord]] = []
+    mark = 0
+    index: set[str] = set()
+    committed: set[str] = set()
+
+    def state_of(name: str) -> BatchState:
+        return fold([(s, r) for s, r in records if s >= mark], start_seq=mark).batch(name)
+
+    def append(record: LogRecord) -> int:
+        records.append((len(records), record))
+        return len(records) - 1
+
+    for action, job, retain in steps:
+        cur = job_state(state_of(job), job in index)
+        if action == "purge":
+            log = fold([(s, r) for s, r in records if s >= mark], start_seq=mark)
+            plan = plan_purge(log, retain, mark, jobs=True)
+            if plan is not None:
+                assert mark < plan.below <= log.last_seq
+                assert plan.below == purge_below(log, retain)
+                index |= {b.batch for b in plan.to_index}  # before the mark moves
+                mark = plan.below
+        elif cur.status in (BatchStatus.NONE, BatchStatus.ABORTED):  # a run that may commit
+            if action in ("commit", "commit_unindexed", "crash_after_intent"):
+                intent = append(Prepared(job, ()))
+                if action != "crash_after_intent":
+                    append(Committed(job, intent, ()))
+                    committed.add(job)
+                if action == "commit":
+                    index.add(job)
+            elif action == "commit_empty":
+                append(Committed(job, None, ()))
+                committed.add(job)
+            elif action == "fence":
+                append(Aborted(job, (), "Spark aborted the batch", None))
+        elif cur.status is BatchStatus.PREPARED:
+            if action == "settle":  # rolled forward by recovery, abort() or a retried commit
+                append(Committed(job, cur.intent_seq, ()))
+                committed.add(job)
+            elif action == "abort_intent":
+                append(Aborted(job, (), "aborted before its commit", cur.intent_seq))
+        elif cur.status is BatchStatus.COMMITTED and action == "duplicates":
+            append(Duplicates(job, ()))
+        for name in committed:
+            assert job_state(state_of(name), name in index).status is BatchStatus.COMMITTED, name
+        assert index <= committed
+
+
+def test_a_query_log_indexes_nothing() -> None:
+    records: list[tuple[int, LogRecord]] = [(0, Prepared("1", ())), (1, Committed("1", 0, ())),
+                                            (2, Prepared("2", ())), (3, Committed("2", 2, ()))]
+    query = plan_purge(fold(records), 1, 0, jobs=False)
+    job = plan_purge(fold(records), 1, 0, jobs=True)
+    assert query is not None and job is not None and query.below == job.below == 2
+    assert query.to_index == () and [b.batch for b in job.to_index] == ["1"]
+    assert plan_purge(fold(records), 1, 2, jobs=True) is None  # the mark is already there
