@@ -6,11 +6,10 @@ A re-run under the same job id (after a crash, or by mistake) writes nothing and
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from twopc.handle import ResultKind
 from twopc.spark.collect import write_tasks
 from twopc.spark.options import JOB_ID, parse_options
 from twopc.spark.runtime import abort_batch, driver_coordinator, job_owner, prepare, report_recovery
@@ -19,20 +18,51 @@ from twopc.spark.schema import check_schema
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
+    from twopc.coordinator import CommitReport
+    from twopc.handle import WriteResult
+
 _log = logging.getLogger(__name__)
+
+
+ALREADY_COMMITTED = "already_committed"
 
 
 @dataclass(frozen=True)
 class JobReport:
+    """What this run of the job made visible."""
+
     job_id: str
     rows: int  # records this run made visible
     transactions: int  # Kafka transactions this run committed
-    skipped: bool  # True: the job was already committed, this run wrote nothing
+    # The commit's status (CommitReport.status): "committed" (all of the job, by this run),
+    # "repaired" (the part an earlier, partly committed run had not made visible), "empty" (no
+    # rows), "already_committed" (by an earlier or a concurrent run: nothing of this run is visible).
+    status: str
+
+    @property
+    def skipped(self) -> bool:
+        """True: the job was already committed; this run made nothing visible."""
+        return self.status == ALREADY_COMMITTED
 
     def __str__(self) -> str:
         if self.skipped:
-            return f"job {self.job_id} was already committed: nothing written"
+            return (f"job {self.job_id} was already committed (by an earlier or a concurrent run): "
+                    "nothing of this run is visible")
+        if self.status == "repaired":
+            return (f"job {self.job_id}: {self.rows} rows committed in {self.transactions} "
+                    "transactions, the part that a partly committed earlier run had not made "
+                    "visible (a repair: its visible partitions were not written again)")
+        if self.status == "empty":
+            return f"job {self.job_id}: no rows; committed as an empty job"
         return f"job {self.job_id}: {self.rows} rows committed in {self.transactions} transactions"
+
+
+def job_report(job_id: str, commit: CommitReport, results: Sequence[WriteResult]) -> JobReport:
+    """Count only the transactions that the commit says this run committed (a duplicate of a
+    visible partition, or of a job another run committed first, was fenced, not committed)."""
+    committed = set(commit.committed)
+    mine = [r for r in results if r.handle is not None and r.handle.transactional_id in committed]
+    return JobReport(job_id, sum(r.rows for r in mine), len(mine), commit.status)
 
 
 def write_exactly_once(
@@ -47,7 +77,7 @@ def write_exactly_once(
     check_schema(df.schema, config.topic)
     owner = job_owner(config)
     if prepare(config, owner, job_id):
-        report = JobReport(job_id, 0, 0, skipped=True)
+        report = JobReport(job_id, 0, 0, ALREADY_COMMITTED)
         _log.warning("twopc: %s", report)
         return report
     with driver_coordinator(config, owner) as coordinator:
@@ -60,7 +90,7 @@ def write_exactly_once(
             raise
         committed_report = coordinator.commit(job_id, results)
     report_recovery(config, owner, committed_report.recovery, "commit")
-    committed = [r for r in results if r.kind is ResultKind.PRECOMMITTED]
-    if results and all(r.kind is ResultKind.SKIPPED for r in results):
-        return JobReport(job_id, 0, 0, skipped=True)
-    return JobReport(job_id, sum(r.rows for r in committed), len(committed), skipped=False)
+    report = job_report(job_id, committed_report, results)
+    if report.skipped:
+        _log.warning("twopc: %s", report)
+    return report
