@@ -47,7 +47,7 @@ from twopc.errors import (
     ResolutionRefused,
     TwopcError,
 )
-from twopc.guards import check_before_intent
+from twopc.guards import check_before_intent, warn_clock_outliers
 from twopc.handle import Handle, ResultKind, WriteResult
 from twopc.records import (
     DECISIONS,
@@ -286,8 +286,10 @@ class Coordinator:
             self._purge(session)
             return CommitReport(batch, "empty")
         ids = [h.transactional_id for h in handles]
-        failed = check_before_intent(handles, self.control.describe_transactions(ids),
-                                     self.clock_ms(), self.margin_ms)
+        now_ms = self.clock_ms()
+        warn_clock_outliers(handles, now_ms)
+        failed = check_before_intent(handles, self.control.describe_transactions(ids), now_ms,
+                                     self.margin_ms)
         if failed:
             reason = "; ".join(f"{t}: {why}" for t, why in sorted(failed.items()))
             self._fence_recorded(session, Aborted(batch, tuple(handles), reason[:2000], None))

@@ -72,6 +72,11 @@ class Handle:
     writer_clock_ms: (
         int  # the writer's wall clock when it identified the transaction (skew estimate)
     )
+    # Added after format 1 was first written: optional keys of the same format (a log written
+    # before has neither; code before ignores them). None when unknown.
+    writer_host: str | None = None  # the executor's host name, to name a wrong clock
+    writer_elapsed_ms: int | None = None  # the writer's monotonic time from before the
+    # transaction began to its clock reading: bounds what that reading can say (guards.py)
 
     def to_obj(self) -> dict[str, Any]:
         return {
@@ -87,6 +92,8 @@ class Handle:
             "p": self.task_partition,
             "a": self.attempt,
             "clock": self.writer_clock_ms,
+            "host": self.writer_host,
+            "elapsed": self.writer_elapsed_ms,
         }
 
     @classmethod
@@ -106,6 +113,8 @@ class Handle:
                 task_partition=int(obj["p"]),
                 attempt=int(obj["a"]),
                 writer_clock_ms=int(obj["clock"]),
+                writer_host=None if obj.get("host") is None else str(obj["host"]),
+                writer_elapsed_ms=None if obj.get("elapsed") is None else int(obj["elapsed"]),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise HandleFormatError(f"bad handle {obj!r:.200}: {exc}") from exc

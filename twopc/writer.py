@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import json
 import logging
+import math
+import socket
 import threading
 import time
 from collections import deque
@@ -602,13 +604,16 @@ class _Transaction:
         state = str(eos.get("txn_state"))
         desc = control.describe_transactions([self.tid])[self.tid]
         writer_clock_ms = wall_clock_ms()  # after the answer: never before its start
+        # Rounded up: the coordinator's clock cannot have read more than start + this then.
+        elapsed_ms = math.ceil((time.monotonic() - self.begun_at) * 1000)
         view = f"{state} with producer id {pid} epoch {epoch}"
         if (state != "InTransaction" or desc.state is not TxnState.ONGOING
                 or not desc.holds(pid, epoch)):
             raise ZombieDetected(self.tid, view, desc)
         spans = self._spans(control, desc, pid, epoch, view)
         return Handle(self.tid, pid, epoch, spans, self.rows, self.checksum.hexdigest(),
-                      desc.start_ms, desc.timeout_ms, task_partition, attempt, writer_clock_ms)
+                      desc.start_ms, desc.timeout_ms, task_partition, attempt, writer_clock_ms,
+                      writer_host=socket.gethostname(), writer_elapsed_ms=elapsed_ms)
 
     def _spans(self, control: ControlClient, desc: TransactionDescription, pid: int, epoch: int,
                view: str) -> tuple[PartitionSpan, ...]:

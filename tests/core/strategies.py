@@ -28,6 +28,8 @@ def handles(draw: st.DrawFn, partition: int | None = None) -> Handle:
         task_partition=p,
         attempt=draw(st.integers(0, 2)),
         writer_clock_ms=start + draw(st.integers(-5000, 5000)),
+        writer_host=draw(st.sampled_from([None, "exec-1", "exec-2"])),
+        writer_elapsed_ms=draw(st.none() | st.integers(0, 10000)),
     )
 
 

@@ -10,6 +10,7 @@ import gc
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -90,6 +91,10 @@ def test_precommitted_write_survives_the_drop_and_commits_exactly_once(
     assert {s.topic_id for s in h.spans if s.topic == topic} == set(
         control.topic_ids([topic]).values())
     assert h.writer_clock_ms >= h.start_ms - 60_000
+    # The broker runs on this host: the writer's reading lies within what the coordinator's clock
+    # allows (guards.latest_coordinator_reading), up to the clocks' millisecond rounding.
+    assert h.writer_host == socket.gethostname() and h.writer_elapsed_ms is not None
+    assert h.start_ms - 5 <= h.writer_clock_ms <= h.start_ms + h.writer_elapsed_ms + 5
     assert WriteResult.from_obj(result.to_obj()) == result
     assert audit_topic(broker.config(), topic, settle_s=0).records == 0  # pre-committed: not visible yet
 
