@@ -22,7 +22,13 @@ from dataclasses import dataclass, field
 
 from checkpoint import KeyExists, Log
 from twopc import observe
-from twopc.control import ControlClient, EndTxnOutcome, EndTxnRequest, TxnState
+from twopc.control import (
+    ControlClient,
+    EndTxnOutcome,
+    EndTxnRequest,
+    TransactionListing,
+    TxnState,
+)
 from twopc.crashpoints import crash_point
 from twopc.decisions import (
     BatchOutcome,
@@ -30,12 +36,16 @@ from twopc.decisions import (
     BatchStatus,
     CommitAction,
     Fate,
+    LogState,
+    TxnKey,
     Verdict,
+    choose_slot,
     fate_of_end_txn,
     job_state,
     plan_abort,
     plan_commit,
     plan_purge,
+    txn_key,
     unnamed_open,
 )
 from twopc.errors import (
@@ -43,7 +53,9 @@ from twopc.errors import (
     BatchPartlyCommitted,
     CommitUnverified,
     DataLossError,
+    FenceFailed,
     GuardFailed,
+    NoFreeSlot,
     ResolutionRefused,
     TwopcError,
 )
@@ -58,7 +70,7 @@ from twopc.records import (
     Prepared,
     Resolved,
 )
-from twopc.recovery import RecoveryReport, settle
+from twopc.recovery import RecoveryReport, fence_failures, settle
 from twopc.session import Session, check_binding
 from twopc.source_offsets import (
     SourceOffsets,
@@ -68,7 +80,7 @@ from twopc.source_offsets import (
     commit_plain,
     needs_offsets,
 )
-from twopc.stranded import StrandedReport, release_stranded_commits
+from twopc.stranded import StrandedReport, release_stranded_commits, to_check
 
 OWNER_KINDS = ("query", "job")
 # A committed transaction's partition must look stranded this long before it is released: markers
@@ -130,9 +142,27 @@ class Coordinator:
 
     def is_committed(self, batch: str) -> bool:
         """Read-only: has this query/job committed `batch`? (Executors skip writing if so.)"""
+        return self._read_for_task(batch)[0]
+
+    def task_slot(self, batch: str, task_partition: int, attempt: int, slots: int) -> int | None:
+        """Read-only, for an executor's task: None if `batch` is committed (write nothing), else
+        the pool slot of the id to write with, one that no pending intent names and no stranded
+        commit holds (decisions.choose_slot; DESIGN.md section 5). NoFreeSlot if none is free."""
+        committed, state = self._read_for_task(batch)
+        if committed:
+            return None
+        in_use = state.in_use() if state is not None else {}
+        slot = choose_slot(self.prefix, task_partition, attempt, slots, in_use)
+        if slot is None:
+            raise NoFreeSlot(task_partition, slots, in_use)
+        return slot
+
+    def _read_for_task(self, batch: str) -> tuple[bool, LogState | None]:
+        # One read of the log per task: is the batch committed, and which ids are in use.
         if not check_binding(self.log, self.binding, create=False):
-            return False
-        return self._batch_state(Session(self.log), batch).status is BatchStatus.COMMITTED
+            return False, None
+        session = Session(self.log)
+        return self._batch_state(session, batch).status is BatchStatus.COMMITTED, session.state
 
     def commit(self, batch: str, results: Sequence[WriteResult | None],
                offsets: SourceOffsets | None = None) -> CommitReport:
@@ -154,6 +184,7 @@ class Coordinator:
         self.bind()
         session = Session(self.log)
         recovery: RecoveryReport | None = None
+        swept: tuple[str, ...] = ()  # losing attempts fenced by the settling of an open intent
         for _ in range(2):  # at most one settling of an open intent, then a plan on firm ground
             state = self._batch_state(session, batch)
             if skipped and state.status is not BatchStatus.COMMITTED:
@@ -164,15 +195,17 @@ class Coordinator:
             plan = plan_commit(state, handles)
             if plan.action is CommitAction.RECOVER_FIRST:
                 recovery = settle(session, self.control, [state], prefix=self.prefix,
-                                  wait_ms=self.settle_wait_ms, sweep=False)
+                                  wait_ms=self.settle_wait_ms, sweep=False, losers=True)
                 recovery.raise_if_undecided()
                 if recovery.batches[0].outcome is BatchOutcome.COMMITTED:
                     self._verify_markers(session, batch, only={batch})
+                    swept = recovery.batches[0].losers
+                    self._fence_losers(batch, swept)
                 continue
             if plan.action is CommitAction.ALREADY_COMMITTED:
                 dups = self._fence_recorded(session, Duplicates(
                     batch, tuple(h.transactional_id for h in plan.duplicates)))
-                return CommitReport(batch, "already_committed", duplicates=dups,
+                return CommitReport(batch, "already_committed", duplicates=dups, losers=swept,
                                     recovery=recovery)
             if plan.losses:
                 self._fence_recorded(session, Aborted(
@@ -211,11 +244,15 @@ class Coordinator:
         state = self._batch_state(session, batch)
         _, others = plan_abort(state, handles)
         ids = tuple(h.transactional_id for h in others)
-        if state.status is BatchStatus.COMMITTED:
-            report.fenced = self._fence_recorded(session, Duplicates(batch, ids))
-        else:
-            report.fenced = self._fence_recorded(
-                session, Aborted(batch, others, "Spark aborted the batch", None))
+        try:
+            if state.status is BatchStatus.COMMITTED:
+                report.fenced = self._fence_recorded(session, Duplicates(batch, ids))
+            else:
+                report.fenced = self._fence_recorded(
+                    session, Aborted(batch, others, "Spark aborted the batch", None))
+        except TwopcError as exc:
+            self._observe("abort", batch, type(exc).__name__, results, 0, began)
+            raise
         outcome = "rolled_forward" if report.recovery is not None else "fenced"
         if undecided is not None:
             outcome = type(undecided).__name__
@@ -246,10 +283,12 @@ class Coordinator:
                 committed=sum(h.outcome == "committed" for h in b.handles),
                 now_ms=self.clock_ms(), latency_ms=(time.monotonic() - began) * 1000))
         settled = {b.batch for b in report.batches if b.outcome is BatchOutcome.COMMITTED}
-        late = self._release_stranded(session, only=settled) if settled else StrandedReport()
+        # (The held ids were just checked, and retried if they could be released.)
+        late = self._release_stranded(session, only=settled, recheck_held=False) if settled \
+            else StrandedReport()
         report.stranded = early.merged(late)
         self._purge(session)
-        report.raise_if_undecided()
+        report.raise_if_incomplete()
         return report
 
     def resolve(self, batch: str, decision: str, note: str) -> None:
@@ -281,10 +320,7 @@ class Coordinator:
         if not handles and offsets is not None:
             return self._commit_offsets_only(session, batch, offsets)
         if not handles:
-            seq = session.append(Committed(batch, None, ()))
-            self._remember_job(batch, seq)
-            self._purge(session)
-            return CommitReport(batch, "empty")
+            return self._commit_empty(session, batch, None)
         ids = [h.transactional_id for h in handles]
         now_ms = self.clock_ms()
         warn_clock_outliers(handles, now_ms)
@@ -305,12 +341,12 @@ class Coordinator:
         # open before and after the EndTxns alike. (On the settling path its answer is unused.)
         listing = self.control.start_list_transactions(self.prefix, states=[TxnState.ONGOING])
         answers = self._end_in_order(handles)
-        fates = {t: fate_of_end_txn(answers.get(t)) for t in ids}
+        fates = {txn_key(h): fate_of_end_txn(answers.get(h.transactional_id)) for h in handles}
         if any(v.fate is not Fate.COMMITTED for v in fates.values()):
-            return self._settle_after_end(session, batch, fates)
-        open_ids = listing.result()
-        losers = unnamed_open(self.prefix, (t.transactional_id for t in open_ids),
-                              protected=session.state.pending_ids() | set(ids))
+            # Some EndTxn answers prove nothing: the log check decides, exactly as in recovery.
+            return self._settle_after_end(session, batch, {
+                k: v for k, v in fates.items() if v.fate is not Fate.UNDECIDED})
+        losers = self._open_losers(session, ids, listing.result())
         seq = session.append(Committed(batch, intent_seq, losers))
         crash_point("coordinator.after_committed_record")
         self._remember_job(batch, seq)
@@ -319,10 +355,7 @@ class Coordinator:
         # partitions: its markers end the stranded records too, and an abort loses them (found by
         # the torture suite). So a commit returns only once its markers landed or were released.
         self._verify_markers(session, batch)
-        if losers:
-            self.control.fence(losers)
-        crash_point("coordinator.during_sweep")
-        self._purge(session)
+        self._fence_losers(batch, losers, then=lambda: self._purge(session))
         return CommitReport(batch, "committed", committed=tuple(ids), losers=losers)
 
     def _attach_offsets(self, session: Session, batch: str, handles: Sequence[Handle],
@@ -345,10 +378,19 @@ class Coordinator:
         intent_seq = session.append(Prepared(batch, (), offsets.with_carrier(None)))
         crash_point("coordinator.after_intent")
         commit_plain(self.control, batch, offsets)
-        seq = session.append(Committed(batch, intent_seq, ()))
+        return self._commit_empty(session, batch, intent_seq)
+
+    def _commit_empty(self, session: Session, batch: str, intent_seq: int | None) -> CommitReport:
+        """The outcome of a batch with no transaction to commit. Attempts that lost may still
+        have written: the record names the pool's open unnamed ids and they are fenced, as after
+        a commit of transactions."""
+        losers = self._open_losers(session, ())
+        seq = session.append(Committed(batch, intent_seq, losers))
         self._remember_job(batch, seq)
-        self._purge(session)
-        return CommitReport(batch, "empty")
+        if losers:
+            self._release_stranded(session)  # a fence must not abort stranded records
+        self._fence_losers(batch, losers, then=lambda: self._purge(session))
+        return CommitReport(batch, "empty", losers=losers)
 
     def _end_in_order(self, handles: Sequence[Handle]) -> dict[str, EndTxnOutcome]:
         reqs = [EndTxnRequest(h.transactional_id, h.producer_id, h.epoch, True) for h in handles]
@@ -363,21 +405,19 @@ class Coordinator:
         return answers
 
     def _settle_after_end(self, session: Session, batch: str,
-                          fates: dict[str, Verdict]) -> CommitReport:
-        # Some EndTxn answers prove nothing: the log check decides, exactly as in recovery.
+                          answered: dict[TxnKey, Verdict]) -> CommitReport:
         state = session.state.batch(batch)
         report = settle(session, self.control, [state], prefix=self.prefix,
-                        wait_ms=self.settle_wait_ms, sweep=False,
-                        answered={t: v for t, v in fates.items() if v.fate is not Fate.UNDECIDED})
+                        wait_ms=self.settle_wait_ms, sweep=False, losers=True, answered=answered)
         report.raise_if_undecided()
         b = report.batches[0]
         if b.outcome is BatchOutcome.COMMITTED:
             self._remember_job(batch, b.recorded_seq)
             self._verify_markers(session, batch)
-            self._purge(session)
+            self._fence_losers(batch, b.losers, then=lambda: self._purge(session))
             return CommitReport(batch, "committed",
                                 committed=tuple(h.transactional_id for h in b.handles),
-                                recovery=report)
+                                losers=b.losers, recovery=report)
         if b.outcome is BatchOutcome.ABORTED:
             raise BatchAborted(batch, "every transaction was aborted before its commit: "
                                + "; ".join(h.reason for h in b.handles)[:1000])
@@ -386,15 +426,46 @@ class Coordinator:
     # ---- helpers ------------------------------------------------------------------------------
 
     def _fence_recorded(self, session: Session, record: Aborted | Duplicates) -> tuple[str, ...]:
-        """Append `record` (which names the ids), then fence them. Nothing to fence: no record."""
-        ids = (tuple(h.transactional_id for h in record.handles) if isinstance(record, Aborted)
-               else record.ids)
+        """Append `record` (which names the ids), then fence them. Nothing to fence: no record.
+        FenceFailed if the broker refused a fence (the record stands)."""
+        if isinstance(record, Aborted):
+            ids = tuple(h.transactional_id for h in record.handles)
+            done = (f"batch {record.batch}: its transactions {list(ids)} are recorded as never to "
+                    f"be committed ({record.reason[:300]})")
+        else:
+            ids = record.ids
+            done = (f"batch {record.batch} is committed, and the re-run's transactions "
+                    f"{list(ids)} are recorded as its duplicates, never to be committed")
         if not ids:
             return ()
         self._release_stranded(session)  # a fence must not abort stranded records (commit())
         session.append(record)
-        self.control.fence(ids)
+        failed = fence_failures(self.control.fence(ids))
+        if failed:
+            raise FenceFailed(record.batch, failed, done)
         return ids
+
+    def _open_losers(self, session: Session, ids: Collection[str],
+                     listed: Sequence[TransactionListing] | None = None) -> tuple[str, ...]:
+        """The pool's open ids that no pending intent names and `ids` (the batch's) do not: the
+        losing attempts a `committed` record names (DESIGN.md section 2, driver step 5).
+        `listed`: the pool's open transactions if already asked (else asked here)."""
+        open_ids = listed if listed is not None else self.control.list_transactions(
+            self.prefix, states=[TxnState.ONGOING])
+        return unnamed_open(self.prefix, (t.transactional_id for t in open_ids),
+                            protected=session.state.pending_ids() | set(ids))
+
+    def _fence_losers(self, batch: str, losers: Sequence[str],
+                      then: Callable[[], None] | None = None) -> None:
+        """Fence the losers a `committed` record of `batch` named, run `then`, and raise
+        FenceFailed if a fence failed: the batch is committed, the report must not say all went
+        well."""
+        failed = fence_failures(self.control.fence(losers)) if losers else {}
+        crash_point("coordinator.during_sweep")
+        if then is not None:
+            then()
+        if failed:
+            raise FenceFailed(batch, failed, f"batch {batch} is committed (nothing of it is lost)")
 
     def _observe(self, event: str, batch: str, outcome: str,
                  results: Sequence[WriteResult | None], committed: int,
@@ -407,19 +478,23 @@ class Coordinator:
 
     def _verify_markers(self, session: Session, batch: str,
                         only: Collection[str] | None = None) -> None:
-        """A committed batch's markers landed, or were released (commit(), stranded.py)."""
+        """A committed batch's markers landed, or were released (commit(), stranded.py); and so
+        did those of every id the log holds as stranded. CommitUnverified if not: a commit
+        whose markers are neither landed nor released is not a success."""
         try:
-            self._release_stranded(session, only)
+            report = self._release_stranded(session, only)
         except Exception as exc:
             raise CommitUnverified(batch, f"{type(exc).__name__}: {exc}") from exc
+        if report.unreleased:
+            raise CommitUnverified(batch, "committed transactions still hold partitions open "
+                                   f"and were not released: {report.summary()}")
 
-    def _release_stranded(self, session: Session,
-                          only: Collection[str] | None = None) -> StrandedReport:
-        # Every committed batch the log still holds (or those in `only`): one read_committed
-        # ListOffsets per leader when nothing is stuck.
-        committed = [b for b in session.state.batches.values()
-                     if b.status in (BatchStatus.COMMITTED, BatchStatus.PARTIAL)
-                     and (only is None or b.batch in only)]
+    def _release_stranded(self, session: Session, only: Collection[str] | None = None,
+                          recheck_held: bool = True) -> StrandedReport:
+        # Every committed batch the log still holds (or those in `only`), and those whose ids are
+        # held as stranded: one read_committed ListOffsets per leader when nothing is stuck.
+        held = session.state.stranded if recheck_held else ()
+        committed = to_check(session.state.batches.values(), only, held)
         wait = self.stranded_wait_ms
         return release_stranded_commits(session, self.control, committed, wait_ms=wait,
                                         grace_ms=min(STRANDED_GRACE_MS, wait))

@@ -4,28 +4,38 @@ The whole protocol's judgement sits here as small functions over plain values, s
 in one sitting and tested exhaustively (tests/core/test_decisions.py); coordinator.py and recovery.py
 only fetch the inputs and carry out the answers.
 
-    the log's records ──fold──> LogState (per batch: NONE, ABORTED, PREPARED, PARTIAL, COMMITTED)
+    the log's records ──fold──> LogState (per batch: NONE, ABORTED, PREPARED, PARTIAL, COMMITTED;
+                                 and the ids held by stranded commits)
+    a task attempt + the ids in use ──choose_slot──> its transactional id's slot, or none free
     commit(b, handles)  ──plan_commit──> already committed / recover first / repair / fresh
     a recorded handle + DescribeTransactions ──pass1──> roll forward / committed / aborted / undecided
     EndTxn answer ──fate_of_end_txn──>  committed / aborted / unconfirmed (to the log check)
     log check ──fate_of_log_check──> committed / aborted / undecided(reason) / wait
     fates of a batch ──verdict──> committed / aborted / partial / undecided
     partial batch + re-run ──plan_repair──> duplicates, to commit, or the losses
+    the pool's open ids ──unnamed_open──> the losers every `committed` record names, then fenced
+                                          (fresh, settled by the log check, or all empty alike)
     a batch job's state + the job-id index ──job_state──> committed if either says so
     the log ──plan_purge──> the new low-water mark, and the committed jobs to index before it moves
+
+Verdicts belong to a handle (transactional id, producer id, epoch: `txn_key`), never to a
+transactional id alone: two recorded intents can name one id with different producer epochs (a
+later task re-initialised it), and each keeps its own outcome. An id is in use, and no task
+takes it (DESIGN.md section 5: reused only once its transaction is resolved and recorded), while
+a pending intent names it or a stranded commit holds it (`LogState.in_use`).
 """
 
 from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from twopc.control import EndTxnOutcome, LogCheckResult, LogOutcome, TransactionDescription
 from twopc.control import TxnState as S
 from twopc.errors import InconsistentLog, PartitionLoss
-from twopc.handle import Handle
+from twopc.handle import Handle, transactional_id
 from twopc.records import (
     RESOLVE_COMMITTED,
     Aborted,
@@ -38,6 +48,7 @@ from twopc.records import (
     Released,
     Resolved,
     RollForward,
+    Stranded,
 )
 from twopc.source_offsets import SourceOffsets
 
@@ -73,12 +84,36 @@ class BatchState:
 
 
 @dataclass(frozen=True)
+class StrandedHold:
+    """An id whose committed transaction may still hold partitions open: a release was recorded
+    and not yet confirmed, or a check could not release it (stranded.py). No task takes the id
+    until a later check clears it: a transaction of the same producer id on such a partition
+    would end the committed records with its own ending, an abort included."""
+
+    transactional_id: str
+    batches: tuple[str, ...]  # whose committed handles hold the id
+    seq: int  # the first record holding it (purge keeps it, and those batches, in the log)
+    reason: str
+
+
+@dataclass(frozen=True)
 class LogState:
     batches: Mapping[str, BatchState]
     last_seq: int  # -1 for an empty log
+    stranded: Mapping[str, StrandedHold] = field(default_factory=dict)  # by transactional id
 
     def batch(self, batch: str) -> BatchState:
         return self.batches.get(batch) or BatchState(batch)
+
+    def in_use(self) -> dict[str, str]:
+        """The ids no task may take now, each with why: named by a pending intent (its
+        transaction is not resolved), or held by a stranded commit."""
+        out = {t: f"a committed transaction of batch {', '.join(h.batches)} still holds "
+                  f"partitions open ({h.reason})" for t, h in self.stranded.items()}
+        for b in self.pending:
+            for h in b.intent:
+                out[h.transactional_id] = f"named by the pending intent of batch {b.batch}"
+        return out
 
     @property
     def pending(self) -> tuple[BatchState, ...]:
@@ -96,14 +131,34 @@ def fold(records: Iterable[tuple[int, LogRecord]], url: str = "", start_seq: int
     A record that contradicts the ones before it raises InconsistentLog (never skipped).
     """
     batches: dict[str, BatchState] = {}
+    holds: dict[str, StrandedHold] = {}
     last = start_seq - 1
     for seq, rec in records:
         last = seq
-        if isinstance(rec, Orphans | RollForward | Released):
+        if isinstance(rec, Released):
+            for tid in rec.ids:
+                _hold(holds, tid, rec.batches, seq, "its release was recorded, not confirmed")
+            continue
+        if isinstance(rec, Stranded):
+            for tid in rec.cleared:
+                holds.pop(tid, None)
+            for batch, tid, why in rec.held:
+                _hold(holds, tid, (batch,), seq, why)
+            continue
+        if isinstance(rec, Orphans | RollForward):
             continue
         cur = batches.get(rec.batch) or BatchState(rec.batch, first_seq=seq)
         batches[rec.batch] = replace(_step(cur, seq, rec, url, start_seq), last_seq=seq)
-    return LogState(batches, last)
+    return LogState(batches, last, holds)
+
+
+def _hold(holds: dict[str, StrandedHold], tid: str, batches: Sequence[str], seq: int,
+          reason: str) -> None:
+    old = holds.get(tid)
+    if old is not None:
+        batches = (*old.batches, *batches)
+        seq = min(seq, old.seq)
+    holds[tid] = StrandedHold(tid, tuple(sorted(set(batches))), seq, reason)
 
 
 def _step(cur: BatchState, seq: int, rec: LogRecord, url: str, start: int) -> BatchState:
@@ -165,9 +220,30 @@ def _by_partition(handles: Iterable[Handle]) -> dict[int, Handle]:
     return {h.task_partition: h for h in handles}
 
 
+TxnKey = tuple[str, int, int]
+
+
+def txn_key(h: Handle) -> TxnKey:
+    """One transaction: its id, producer id and epoch (an id alone names many over time)."""
+    return (h.transactional_id, h.producer_id, h.epoch)
+
+
 def same_txn(a: Handle, b: Handle) -> bool:
-    return (a.transactional_id, a.producer_id, a.epoch) == (b.transactional_id, b.producer_id,
-                                                           b.epoch)
+    return txn_key(a) == txn_key(b)
+
+
+# ---- a task's transactional id ----------------------------------------------------------------
+
+
+def choose_slot(prefix: str, task_partition: int, attempt: int, slots: int,
+                in_use: Collection[str]) -> int | None:
+    """The pool slot a task attempt writes with (id `{prefix}-{p}-{slot}`): the free slots, those
+    whose id no pending intent names and no stranded commit holds, taken in turn by attempt
+    number. Deterministic; with nothing in use it is `attempt % slots`, and attempts that read the
+    same log get distinct slots as long as they are fewer than the free slots (concurrent
+    attempts of one partition never fence each other). None: no slot is free."""
+    free = [s for s in range(slots) if transactional_id(prefix, task_partition, s) not in in_use]
+    return free[attempt % len(free)] if free else None
 
 
 # ---- commit: what to do with a batch's handles --------------------------------------------------
@@ -378,10 +454,14 @@ def plan_purge(state: LogState, retain_batches: int, mark: int, *, jobs: bool) -
 
 def purge_below(state: LogState, retain_batches: int) -> int | None:
     """The low-water mark that keeps every unfinished batch and the last `retain_batches` finished
-    ones whole (a re-run of a recent batch must still find it committed). None: nothing to purge."""
+    ones whole (a re-run of a recent batch must still find it committed), and every stranded
+    hold with the batches it names (a later check needs their handles). None: nothing to purge."""
     if state.last_seq < 0:
         return None
     unfinished = [b.first_seq for b in state.batches.values() if not b.finished]
+    for hold in state.stranded.values():
+        unfinished.append(hold.seq)
+        unfinished += [state.batches[b].first_seq for b in hold.batches if b in state.batches]
     finished = sorted((b for b in state.batches.values() if b.finished), key=lambda b: b.last_seq)
     kept = [b.first_seq for b in finished[-retain_batches:]] if retain_batches > 0 else []
     below = min([*unfinished, *kept, state.last_seq])

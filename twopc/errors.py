@@ -13,6 +13,11 @@ class TwopcError(Exception):
     """Base class of the driver side's errors."""
 
 
+def _listing(reasons: dict[str, str]) -> str:
+    """`id: why; ...`, sorted by transactional id."""
+    return "; ".join(f"{tid}: {why}" for tid, why in sorted(reasons.items()))
+
+
 @dataclass(frozen=True)
 class PartitionLoss:
     """One Spark partition whose committed data and the re-run's data differ (or went missing)."""
@@ -51,7 +56,7 @@ class UndecidedError(TwopcError):
         self.batch = batch
         self.reasons = dict(reasons)
         self.report = report  # the RecoveryReport of the call, when there is one
-        listing = "; ".join(f"{tid}: {why}" for tid, why in sorted(self.reasons.items()))
+        listing = _listing(self.reasons)
         super().__init__(
             f"batch {batch}: the outcome of {len(self.reasons)} transaction(s) is undecided "
             f"({listing}). Retry recovery later (a transaction may still be settling); if it stays "
@@ -93,7 +98,7 @@ class GuardFailed(TwopcError):
     def __init__(self, batch: str, reasons: dict[str, str]) -> None:
         self.batch = batch
         self.reasons = dict(reasons)
-        listing = "; ".join(f"{tid}: {why}" for tid, why in sorted(self.reasons.items()))
+        listing = _listing(self.reasons)
         super().__init__(
             f"batch {batch} was not committed and its transactions were fenced: {listing}. Nothing "
             "of it is visible; write the batch again (a restarted query re-runs it). If a "
@@ -102,17 +107,73 @@ class GuardFailed(TwopcError):
 
 
 class CommitUnverified(TwopcError):
-    """The batch is committed, but checking that its commit markers reached every partition (and
-    releasing them if a killed broker dropped them, twopc/stranded.py) failed. A later transaction
-    on the same ids must not start before that check: its abort would take the committed records
-    with it. Recovery (run before every micro-batch, and by `twopc recover`) finishes the check."""
+    """The batch is committed, but its commit markers (or an earlier commit's still held open,
+    twopc/stranded.py) are not proven to have reached every partition: the check failed, or a
+    release of markers a killed broker dropped failed. A later transaction on the same ids must
+    not start before that: its abort would take the committed records with it (the log holds such
+    ids: no task takes them). Recovery (run before every micro-batch, and by `twopc recover`)
+    finishes the check."""
 
     def __init__(self, batch: str, cause: str) -> None:
         self.batch = batch
         super().__init__(
-            f"batch {batch} is committed, but checking that its commit markers reached every "
-            f"partition failed: {cause}. Restart the query (or run `twopc recover`) before "
+            f"batch {batch} is committed, but its commit markers are not proven to have reached "
+            f"every partition: {cause}. Restart the query (or run `twopc recover`) before "
             "writing more: recovery finishes the check; the re-run writes nothing again"
+        )
+
+
+class StrandedUnreleased(TwopcError):
+    """Committed transactions still hold partitions open: their commit markers neither landed nor
+    could be released (stranded.py). Their records are invisible to read_committed consumers, and
+    so is everything after them in those partitions. The log holds their ids (no task takes them)
+    until a later check finds them released."""
+
+    def __init__(self, detail: str, report: object = None) -> None:
+        self.detail = detail
+        self.report = report  # the RecoveryReport of the call, when there is one
+        super().__init__(
+            f"committed transactions still hold partitions open and were not released: {detail}. "
+            "Their records stay invisible to read_committed consumers until they are. Fix what "
+            "the reason names (a broker or partition leader down, an ACL: WRITE on the topic and "
+            "the transactional id, READ on the topic; stop any other process using the id), "
+            "then run `twopc recover` (a restarted query or job runs it too)"
+        )
+
+
+class FenceFailed(TwopcError):
+    """Transactions a record names for fencing could not be fenced: they stay open until the
+    broker's transaction timeout aborts them. What was recorded stands (`done` says what it is)."""
+
+    def __init__(self, batch: str | None, failures: dict[str, str], done: str,
+                 report: object = None) -> None:
+        self.batch = batch
+        self.failures = dict(failures)
+        self.report = report  # the RecoveryReport of the call, when there is one
+        listing = _listing(self.failures)
+        super().__init__(
+            f"{done}, but fencing {len(self.failures)} transaction(s) failed ({listing}). They "
+            "stay open until the broker's transaction timeout aborts them, and read_committed "
+            "consumers of their partitions wait until then. Grant WRITE on the transactional ids "
+            "(or bring the brokers back), then run `twopc recover`: its sweep fences the open "
+            "transactions that no record will commit"
+        )
+
+
+class NoFreeSlot(TwopcError):
+    """Every transactional id of a Spark partition's pool is held (DESIGN.md section 5: an id is
+    reused only after its previous transaction is resolved and recorded)."""
+
+    def __init__(self, task_partition: int, slots: int, holders: dict[str, str]) -> None:
+        self.task_partition = task_partition
+        self.slots = slots
+        self.holders = dict(holders)
+        listing = _listing(self.holders)
+        super().__init__(
+            f"Spark partition {task_partition}: all {slots} transactional ids of its pool are "
+            f"held ({listing}), and none may be reused before its transaction is resolved and "
+            "recorded. Run `twopc recover` (a restarted query or job runs it first) to settle "
+            "them, or raise twopc.slotsPerPartition"
         )
 
 

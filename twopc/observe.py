@@ -110,6 +110,7 @@ def recovery_summary(report: RecoveryReport, *, where: str) -> dict[str, Any]:
         "batches": {b.batch: b.outcome.value for b in report.batches},
         "rolled_forward": list(report.rolled_forward),
         "orphans_fenced": list(report.orphans_fenced),
+        "fence_failures": dict(sorted(report.fence_failures.items())),
         "stranded_released": list(report.stranded.released),
         "stranded_unreleased": [n.transactional_id for n in report.stranded.unreleased],
         "undecided": [b.batch for b in report.undecided],
@@ -122,7 +123,8 @@ def recovery_acted(report: RecoveryReport) -> bool:
     """Did recovery find anything to do? (A clean restart, or every micro-batch of a healthy query,
     finds nothing: such a report is logged at DEBUG, an acting one at WARNING: it means a crash.)"""
     return bool(report.batches or report.rolled_forward or report.orphans_fenced
-                or report.stranded.released or report.stranded.unreleased)
+                or report.fence_failures or report.stranded.released
+                or report.stranded.unreleased)
 
 
 def log_recovery(summary: dict[str, Any]) -> None:

@@ -117,12 +117,28 @@ class Released:
     (a broker killed mid-commit): a markers-only commit on each id over its stuck partitions.
 
     ``partitions`` holds (transactional id, topic, partition); ``batches`` the batches whose
-    committed handles were stuck there (for the operator; the fold does not use it).
+    committed handles were stuck there. Written before the releases, it holds its ids (no task
+    takes them) until a ``stranded`` record clears them: a release that failed, or one cut short
+    by a crash, is retried by a later check.
     """
 
     batches: tuple[str, ...]
     ids: tuple[str, ...]
     partitions: tuple[tuple[str, str, int], ...]
+
+
+@dataclass(frozen=True)
+class Stranded:
+    """What a check of the committed transactions' markers left (stranded.py).
+
+    ``held``: (batch, transactional id, reason) of committed transactions that still hold
+    partitions open and were not released (the release failed, the markers may still be on their
+    way, a live writer holds the id, or the partitions could not be read). No task takes a held
+    id until a later check clears it. ``cleared``: held ids now found released or settled.
+    """
+
+    held: tuple[tuple[str, str, str], ...]
+    cleared: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -135,7 +151,7 @@ class Resolved:
 
 
 BatchRecord = Prepared | Committed | Partial | Aborted | Duplicates | Resolved
-LogRecord = BatchRecord | Orphans | RollForward | Released
+LogRecord = BatchRecord | Orphans | RollForward | Released | Stranded
 
 RESOLVE_COMMITTED = "committed"  # keep what is visible; the re-run writes nothing more
 RESOLVE_ABORTED = "aborted"  # treat as not committed; the re-run writes the whole batch again
@@ -174,6 +190,9 @@ def to_body(record: LogRecord) -> dict[str, Any]:
     elif isinstance(record, Released):
         body = {"kind": "released", "batches": _ids(record.batches), "ids": _ids(record.ids),
                 "partitions": [[t, topic, int(p)] for t, topic, p in record.partitions]}
+    elif isinstance(record, Stranded):
+        body = {"kind": "stranded", "held": [[b, t, why] for b, t, why in record.held],
+                "cleared": _ids(record.cleared)}
     else:
         body = {"kind": "resolved", "batch": record.batch, "decision": record.decision,
                 "note": record.note}
@@ -214,6 +233,9 @@ def from_body(body: dict[str, Any]) -> LogRecord:
             return Released(_tuple(body["batches"]), _tuple(body["ids"]),
                             tuple((str(t), str(topic), int(p))
                                   for t, topic, p in body["partitions"]))
+        if kind == "stranded":
+            return Stranded(tuple((str(b), str(t), str(why)) for b, t, why in body["held"]),
+                            _tuple(body["cleared"]))
         if kind == "resolved":
             decision = str(body["decision"])
             if decision not in DECISIONS:

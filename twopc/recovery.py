@@ -5,6 +5,9 @@ roll forward (and, when sweeping, the pool's open transactions nothing recorded 
 commits the first and fences the second. Pass 2 asks the log itself about the rest, with a bounded
 wait that ends in "unknown" rather than a hang. Each batch's outcome is then recorded. The
 decisions are in decisions.py; this module only asks and carries out.
+
+Every verdict belongs to one recorded handle (`txn_key`: transactional id, producer id, epoch):
+two pending intents may name one transactional id with different epochs, and each gets its own.
 """
 
 from __future__ import annotations
@@ -12,22 +15,25 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
-from twopc.control import ControlClient, EndTxnOutcome, EndTxnRequest, TxnState
+from twopc.control import ControlClient, EndTxnOutcome, EndTxnRequest, FenceResult, TxnState
 from twopc.crashpoints import crash_point
 from twopc.decisions import (
     BatchOutcome,
     BatchState,
     Fate,
+    TxnKey,
     Verdict,
     batch_outcome,
     combine_spans,
     fate_of_end_txn,
     fate_of_log_check,
     pass1,
+    txn_key,
     unnamed_open,
 )
-from twopc.errors import UndecidedError
+from twopc.errors import FenceFailed, StrandedUnreleased, UndecidedError
 from twopc.handle import Handle
 from twopc.records import Aborted, Committed, Orphans, Partial, RollForward
 from twopc.session import Session
@@ -54,6 +60,7 @@ class BatchReport:
     outcome: BatchOutcome
     handles: tuple[HandleReport, ...]
     recorded_seq: int | None  # the outcome record, None if undecided
+    losers: tuple[str, ...] = ()  # open ids its `committed` record names, for the caller to fence
 
     @property
     def committed_partitions(self) -> list[int]:
@@ -69,6 +76,8 @@ class RecoveryReport:
     batches: list[BatchReport] = field(default_factory=list)
     rolled_forward: tuple[str, ...] = ()
     orphans_fenced: tuple[str, ...] = ()
+    # Orphans the sweep named and could not fence: transactional id -> the broker's answer.
+    fence_failures: dict[str, str] = field(default_factory=dict)
     # Committed transactions whose markers the broker dropped (stranded.py): Coordinator.recover().
     stranded: StrandedReport = field(default_factory=StrandedReport)
 
@@ -81,26 +90,41 @@ class RecoveryReport:
             raise UndecidedError(b.batch, {h.transactional_id: h.reason for h in b.handles
                                            if h.outcome not in ("committed", "aborted")}, self)
 
+    def raise_if_incomplete(self) -> None:
+        """Recovery's own call fails unless everything it found is settled: an undecided batch,
+        a committed transaction still holding partitions open, an orphan it could not fence."""
+        self.raise_if_undecided()
+        if self.stranded.unreleased:
+            raise StrandedUnreleased(self.stranded.summary(), self)
+        if self.fence_failures:
+            raise FenceFailed(None, self.fence_failures, "recovery recorded what it settled", self)
+
     def summary(self) -> str:
         parts = [f"batch {b.batch}: {b.outcome.value}" for b in self.batches]
         if self.rolled_forward:
             parts.append(f"rolled forward {len(self.rolled_forward)}")
         if self.orphans_fenced:
             parts.append(f"fenced {len(self.orphans_fenced)} orphans")
+        if self.fence_failures:
+            parts.append("could not fence " + ", ".join(
+                f"{t} ({why})" for t, why in sorted(self.fence_failures.items())))
         if self.stranded.summary():
             parts.append(self.stranded.summary())
         return "; ".join(parts) or "nothing to recover"
 
 
 def settle(session: Session, control: ControlClient, batches: Sequence[BatchState], *,
-           prefix: str, wait_ms: int, sweep: bool,
-           answered: Mapping[str, Verdict] | None = None,
+           prefix: str, wait_ms: int, sweep: bool, losers: bool = False,
+           answered: Mapping[TxnKey, Verdict] | None = None,
            clock: Callable[[], float] = time.monotonic,
            on_progress: Callable[[int, int], None] | None = None) -> RecoveryReport:
     """Settle the open intents of `batches` and record each one's outcome.
 
     `answered` holds verdicts already known for some handles (a commit call's EndTxn answers):
-    they skip pass 1. With `sweep`, pass 1 also fences the pool's unnamed open transactions.
+    they skip pass 1. With `sweep`, pass 1 also fences the pool's unnamed open transactions. With
+    `losers` (a commit call settling its own batch), a `committed` record names the pool's open ids
+    that no pending intent names (losing attempts), as a fresh commit's does: the report's
+    `losers`, for the caller to fence once the batch's markers are verified.
     `on_progress(settled, total)` is told how many handles have a final fate so far.
     """
     handles = [(b, h) for b in batches for h in b.intent]
@@ -111,15 +135,16 @@ def settle(session: Session, control: ControlClient, batches: Sequence[BatchStat
             on_progress(settled, total)
 
     progress(0)
-    known = dict(answered or {})
-    first: dict[str, Verdict] = dict(known)
-    to_describe = [h.transactional_id for _, h in handles if h.transactional_id not in known]
+    first: dict[TxnKey, Verdict] = dict(answered or {})
+    to_describe = [h.transactional_id for _, h in handles if txn_key(h) not in first]
     described = control.describe_transactions(to_describe) if to_describe else {}
     for _, h in handles:
-        if h.transactional_id not in first:
-            first[h.transactional_id] = pass1(h, described.get(h.transactional_id))
+        if txn_key(h) not in first:
+            first[txn_key(h)] = pass1(h, described.get(h.transactional_id))
 
-    roll = [h for _, h in handles if first[h.transactional_id].fate is Fate.ROLL_FORWARD]
+    # At most one handle per id holds the coordinator's producer id and epoch: EndTxn each once.
+    roll = list({txn_key(h): h for _, h in handles
+                 if first[txn_key(h)].fate is Fate.ROLL_FORWARD}.values())
     orphans: tuple[str, ...] = ()
     if sweep:
         listed = control.list_transactions(prefix, states=[TxnState.ONGOING])
@@ -136,30 +161,48 @@ def settle(session: Session, control: ControlClient, batches: Sequence[BatchStat
     if roll:
         # A transaction that carries source offsets commits after the batch's others
         # (source_offsets.py): the group's offsets never become visible before the records.
-        carriers = {b.offsets.carrier for b in batches if b.offsets is not None}
-        answers = _commit_all(control, [h for h in roll if h.transactional_id not in carriers])
-        answers.update(_commit_all(control, [h for h in roll if h.transactional_id in carriers]))
+        # Carriers are handles of their own batch's intent (another batch may name the same id).
+        carriers = {txn_key(h) for b in batches if b.offsets is not None for h in b.intent
+                    if h.transactional_id == b.offsets.carrier}
+        answers = _commit_all(control, [h for h in roll if txn_key(h) not in carriers])
+        answers.update(_commit_all(control, [h for h in roll if txn_key(h) in carriers]))
         for h in roll:
-            fates[h.transactional_id] = fate_of_end_txn(answers.get(h.transactional_id))
+            fates[txn_key(h)] = fate_of_end_txn(answers.get(h.transactional_id))
         crash_point("recovery.after_rollforward")
+    report = RecoveryReport(rolled_forward=tuple(h.transactional_id for h in roll))
     if orphans:
-        control.fence(orphans)
+        failed = fence_failures(control.fence(orphans))
+        report.orphans_fenced = tuple(t for t in orphans if t not in failed)
+        report.fence_failures = failed
         crash_point("recovery.during_sweep")
 
-    undecided = [h for _, h in handles if fates[h.transactional_id].fate is Fate.UNDECIDED]
+    undecided = [h for _, h in handles if fates[txn_key(h)].fate is Fate.UNDECIDED]
     progress(total - len(undecided))
     fates.update(check_logs(control, undecided, wait_ms, clock,
                             on_settled=lambda n: progress(total - len(undecided) + n)))
 
-    report = RecoveryReport(rolled_forward=tuple(h.transactional_id for h in roll),
-                            orphans_fenced=orphans)
     for b in batches:
         if not b.intent and b.offsets is not None:
             # A batch without records: its decided offsets are committed plainly (idempotent).
             commit_plain(control, b.batch, b.offsets)
-        report.batches.append(_record_outcome(session, b, first, fates))
+        open_losers = partial(_losers, session, control, prefix, b) if losers else None
+        report.batches.append(_record_outcome(session, b, first, fates, open_losers))
         crash_point("recovery.after_outcome")
     return report
+
+
+def fence_failures(results: Mapping[str, FenceResult]) -> dict[str, str]:
+    """The fences that did not happen, with the broker's answer."""
+    return {t: r.error or "unknown error" for t, r in results.items() if not r.fenced}
+
+
+def _losers(session: Session, control: ControlClient, prefix: str,
+            b: BatchState) -> tuple[str, ...]:
+    # As the fresh commit: open ids of the pool that no pending intent (this one included) names.
+    listed = control.list_transactions(prefix, states=[TxnState.ONGOING])
+    return unnamed_open(prefix, (t.transactional_id for t in listed),
+                        protected=session.state.pending_ids()
+                        | {h.transactional_id for h in b.intent})
 
 
 def _commit_all(control: ControlClient, handles: Sequence[Handle]) -> dict[str, EndTxnOutcome]:
@@ -171,11 +214,11 @@ def _commit_all(control: ControlClient, handles: Sequence[Handle]) -> dict[str, 
 
 def check_logs(control: ControlClient, handles: Sequence[Handle], wait_ms: int,
                clock: Callable[[], float] = time.monotonic,
-               on_settled: Callable[[int], None] | None = None) -> dict[str, Verdict]:
+               on_settled: Callable[[int], None] | None = None) -> dict[TxnKey, Verdict]:
     """Pass 2: the log check for each handle, waiting (bounded) while a partition is not stable.
     `on_settled(n)` is told how many of `handles` have a final verdict so far."""
     deadline = clock() + wait_ms / 1000
-    out: dict[str, Verdict] = {}
+    out: dict[TxnKey, Verdict] = {}
     todo = list(handles)
     while todo:
         waiting: list[Handle] = []
@@ -189,7 +232,7 @@ def check_logs(control: ControlClient, handles: Sequence[Handle], wait_ms: int,
                 if v.fate in (Fate.COMMITTED, Fate.ABORTED):
                     break
             v = combine_spans(verdicts)
-            out[h.transactional_id] = v
+            out[txn_key(h)] = v
             if v.fate is Fate.WAIT:
                 waiting.append(h)
         todo = waiting
@@ -197,8 +240,8 @@ def check_logs(control: ControlClient, handles: Sequence[Handle], wait_ms: int,
             on_settled(len(handles) - len(todo))
         if todo and clock() >= deadline:
             for h in todo:
-                out[h.transactional_id] = Verdict(
-                    Fate.UNKNOWN, f"not stable after {wait_ms} ms ({out[h.transactional_id].reason})")
+                out[txn_key(h)] = Verdict(
+                    Fate.UNKNOWN, f"not stable after {wait_ms} ms ({out[txn_key(h)].reason})")
             if on_settled is not None:
                 on_settled(len(handles))
             break
@@ -207,14 +250,18 @@ def check_logs(control: ControlClient, handles: Sequence[Handle], wait_ms: int,
     return out
 
 
-def _record_outcome(session: Session, b: BatchState, first: Mapping[str, Verdict],
-                    fates: Mapping[str, Verdict]) -> BatchReport:
-    mine = {h.transactional_id: fates[h.transactional_id] for h in b.intent}
+def _record_outcome(session: Session, b: BatchState, first: Mapping[TxnKey, Verdict],
+                    fates: Mapping[TxnKey, Verdict],
+                    open_losers: Callable[[], tuple[str, ...]] | None) -> BatchReport:
+    # Within one intent the transactional ids differ (one per Spark partition).
+    mine = {h.transactional_id: fates[txn_key(h)] for h in b.intent}
     outcome = batch_outcome(mine)
     assert b.intent_seq is not None
     seq: int | None = None
+    losers: tuple[str, ...] = ()
     if outcome is BatchOutcome.COMMITTED:
-        seq = session.append(Committed(b.batch, b.intent_seq, ()))
+        losers = open_losers() if open_losers is not None else ()
+        seq = session.append(Committed(b.batch, b.intent_seq, losers))
     elif outcome is BatchOutcome.ABORTED:
         reasons = sorted({v.reason for v in mine.values()})
         seq = session.append(Aborted(b.batch, b.intent, "; ".join(reasons)[:500], b.intent_seq))
@@ -224,10 +271,10 @@ def _record_outcome(session: Session, b: BatchState, first: Mapping[str, Verdict
         seq = session.append(Partial(b.batch, b.intent_seq, won, lost))
     rows = tuple(
         HandleReport(b.batch, h.transactional_id, h.task_partition, h.record_count,
-                     first[h.transactional_id].fate.value,
+                     first[txn_key(h)].fate.value,
                      _outcome_name(mine[h.transactional_id]), mine[h.transactional_id].reason)
         for h in b.intent)
-    return BatchReport(b.batch, outcome, rows, seq)
+    return BatchReport(b.batch, outcome, rows, seq, losers)
 
 
 def _outcome_name(v: Verdict) -> str:

@@ -13,6 +13,12 @@ the committed batches the log still holds: cheap when nothing is stuck (one read
 ListOffsets per leader), exact when something is (DescribeProducers names whose open transaction
 holds a partition back). `judge` is the pure decision; `release_stranded_commits` asks and acts,
 after a record that names the ids (DESIGN.md section 5).
+
+What the check cannot prove is never taken for settled: a partition whose producer states cannot
+be read (DescribeProducers refused, no leader) may be held open, and so may one whose release
+failed. Such ids stay held in the log (`released` and `stranded` records, folded into
+`LogState.stranded`): no task takes them, and every later check looks at them again until it
+finds them released or settled.
 """
 
 from __future__ import annotations
@@ -25,9 +31,10 @@ from dataclasses import dataclass, field
 
 from twopc.control import ControlClient, ReleaseResult, TransactionDescription
 from twopc.control import TxnState as S
-from twopc.decisions import BatchState, BatchStatus
+from twopc.control.errors import error_name
+from twopc.decisions import BatchState, BatchStatus, LogState, TxnKey, txn_key
 from twopc.handle import Handle, PartitionSpan
-from twopc.records import Released
+from twopc.records import Released, Stranded
 from twopc.session import Session
 
 log = logging.getLogger("twopc.stranded")
@@ -37,6 +44,8 @@ log = logging.getLogger("twopc.stranded")
 _FIRST_POLL_S = 0.01
 _POLL_S = 0.2
 TopicPartition = tuple[str, int]
+# A partition that no longer exists holds nothing open (its records went with it).
+_GONE = "UNKNOWN_TOPIC_OR_PARTITION"
 
 
 class StrandedFate(enum.Enum):
@@ -54,9 +63,13 @@ class StrandedVerdict:
 
 
 def judge(handle: Handle, desc: TransactionDescription | None,
-          stuck: Sequence[PartitionSpan]) -> StrandedVerdict:
+          stuck: Sequence[PartitionSpan], unreadable: Sequence[str] = ()) -> StrandedVerdict:
     """What to do with a committed handle whose `stuck` spans are still held open by its own
-    producer id, given what the coordinator says of its transactional id now."""
+    producer id, given what the coordinator says of its transactional id now. `unreadable`
+    (spans that may be held open but could not be read, with why) is never settled."""
+    if unreadable:
+        return StrandedVerdict(StrandedFate.WAIT, "cannot tell whether it holds partitions open: "
+                               + "; ".join(unreadable))
     if not stuck:
         return StrandedVerdict(StrandedFate.SETTLED)
     where = ", ".join(f"{s.topic}[{s.partition}]@{s.first_offset}" for s in stuck)
@@ -91,16 +104,64 @@ def judge(handle: Handle, desc: TransactionDescription | None,
 def stuck_spans(handle: Handle, lso: Mapping[TopicPartition, int],
                 open_at: Mapping[TopicPartition, Iterable[tuple[int, int]]]) -> list[PartitionSpan]:
     """The handle's spans whose partition is held back by the handle's own open transaction:
-    last stable offset at or below the span's first offset, and the partition's producer state
-    showing this producer id with a transaction open from exactly that offset. `open_at` maps a
-    partition to its (producer id, open transaction's first offset) pairs."""
+    last stable offset at or below the span's first offset (or unknown), and the partition's
+    producer state showing this producer id with a transaction open from exactly that offset.
+    `open_at` maps a partition to its (producer id, open transaction's first offset) pairs."""
     out: list[PartitionSpan] = []
     for s in handle.spans:
         tp = (s.topic, s.partition)
-        if tp in lso and lso[tp] <= s.first_offset and \
+        if _maybe_held(s, lso) and \
                 (handle.producer_id, s.first_offset) in set(open_at.get(tp, ())):
             out.append(s)
     return out
+
+
+def unreadable_spans(handle: Handle, lso: Mapping[TopicPartition, int],
+                     errors: Mapping[TopicPartition, str]) -> list[str]:
+    """Why some of the handle's spans cannot be judged: the partition may be held back there (last
+    stable offset at or below the span, or unknown) and its producer states could not be read
+    (`errors`: the DescribeProducers answer by partition). A partition that no longer exists
+    holds nothing back."""
+    out: list[str] = []
+    for s in handle.spans:
+        why = errors.get((s.topic, s.partition))
+        if _maybe_held(s, lso) and why is not None and why != _GONE:
+            out.append(f"{s.topic}[{s.partition}]: DescribeProducers answered {why}")
+    return out
+
+
+def _maybe_held(s: PartitionSpan, lso: Mapping[TopicPartition, int]) -> bool:
+    tp = (s.topic, s.partition)
+    return tp not in lso or lso[tp] <= s.first_offset
+
+
+def to_check(batches: Iterable[BatchState], only: Iterable[str] | None,
+             held: Iterable[str]) -> list[BatchState]:
+    """The committed or partly committed batches whose markers a check looks at: those in `only`
+    (all if None), and every one with a visible handle on a `held` id (until a check clears it)."""
+    wanted = None if only is None else set(only)
+    ids = set(held)
+    return [b for b in batches if b.status in (BatchStatus.COMMITTED, BatchStatus.PARTIAL)
+            and (wanted is None or b.batch in wanted
+                 or any(h.transactional_id in ids for h in b.committed.values()))]
+
+
+def hold_changes(state: LogState, checked: Iterable[Handle],
+                 unreleased: Mapping[str, tuple[str, str]]) -> Stranded | None:
+    """The `stranded` record a check must leave, or None if the holds stand as they are.
+
+    `unreleased` maps each id the check found still holding partitions open (not released) to
+    (batch, reason): held from now on. An id held before is cleared once the check looked at every
+    visible handle on it (`checked`) and found none left open.
+    """
+    looked = {txn_key(h) for h in checked}
+    visible = committed_handles(state.batches.values())
+    held = tuple(sorted((b, t, why) for t, (b, why) in unreleased.items()
+                        if t not in state.stranded))
+    cleared = tuple(sorted(
+        t for t in state.stranded if t not in unreleased
+        and all(txn_key(h) in looked for _, h in visible if h.transactional_id == t)))
+    return Stranded(held, cleared) if held or cleared else None
 
 
 def committed_handles(batches: Iterable[BatchState]) -> list[tuple[str, Handle]]:
@@ -144,16 +205,19 @@ class StrandedReport:
         return StrandedReport(self.checked + other.checked, [*self.notes, *other.notes],
                               {**self.releases, **other.releases})
 
+    def why(self, note: StrandedNote) -> str:
+        """Why `note`'s transaction is left as it is (its failed release, if one was tried)."""
+        r = self.releases.get(note.transactional_id)
+        if r is not None and not r.released:
+            return f"release failed at {r.step}: {r.error}"
+        return note.reason
+
     def summary(self) -> str:
         parts = []
         if self.released:
             parts.append(f"released {len(self.released)} stranded commits")
         for n in self.unreleased:
-            why = n.reason
-            if n.transactional_id in self.releases:
-                r = self.releases[n.transactional_id]
-                why = f"release failed at {r.step}: {r.error}"
-            parts.append(f"{n.transactional_id} (batch {n.batch}) {n.fate.value}: {why}")
+            parts.append(f"{n.transactional_id} (batch {n.batch}) {n.fate.value}: {self.why(n)}")
         return "; ".join(parts)
 
 
@@ -161,24 +225,37 @@ def release_stranded_commits(session: Session, control: ControlClient,
                              batches: Iterable[BatchState], *, wait_ms: int, grace_ms: int,
                              clock: Callable[[], float] = time.monotonic) -> StrandedReport:
     """Find the committed handles of `batches` whose partitions their open transaction still holds
-    back, wait (bounded) while markers may be on their way, then record and release them."""
+    back (or may: unreadable), wait (bounded) while markers may be on their way, then record and
+    release them; record which ids stay held and which are cleared (`hold_changes`)."""
     handles = committed_handles(batches)
     report = StrandedReport(checked=len(handles))
-    if not handles:
+    if not handles and not session.state.stranded:
         return report
     lso = control.last_stable_offsets([(s.topic, s.partition) for _, h in handles
-                                       for s in h.spans])
-    suspects = [(b, h) for b, h in handles
-                if any(lso.get((s.topic, s.partition), s.first_offset + 1) <= s.first_offset
-                       for s in h.spans)]
-    if not suspects:
-        return report  # the usual case: one ListOffsets per leader
+                                       for s in h.spans]) if handles else {}
+    suspects = [(b, h) for b, h in handles if any(_maybe_held(s, lso) for s in h.spans)]
+    if suspects:  # else the usual case: one ListOffsets per leader
+        _judge_and_release(session, control, suspects, report, wait_ms, grace_ms, clock)
+    for n in report.unreleased:
+        log.error("a committed transaction still holds partitions open: %s (batch %s): %s",
+                  n.transactional_id, n.batch, report.why(n))
+    changes = hold_changes(session.state, (h for _, h in handles),
+                           {n.transactional_id: (n.batch, report.why(n))
+                            for n in report.unreleased})
+    if changes is not None:
+        session.append(changes)
+    return report
+
+
+def _judge_and_release(session: Session, control: ControlClient,
+                       suspects: Sequence[tuple[str, Handle]], report: StrandedReport,
+                       wait_ms: int, grace_ms: int, clock: Callable[[], float]) -> None:
     verdicts, stuck = _observe(control, suspects, wait_ms, grace_ms, clock)
     for b, h in suspects:
-        v = verdicts[_key(h)]
+        v = verdicts[txn_key(h)]
         if v.fate is not StrandedFate.SETTLED:
             report.notes.append(StrandedNote(b, h.transactional_id, v.fate, v.reason, tuple(
-                (s.topic, s.partition) for s in stuck[_key(h)])))
+                (s.topic, s.partition) for s in stuck[txn_key(h)])))
     to_release: dict[str, set[TopicPartition]] = {}
     pids: dict[str, int] = {}
     for n in report.notes:
@@ -186,52 +263,48 @@ def release_stranded_commits(session: Session, control: ControlClient,
             to_release.setdefault(n.transactional_id, set()).update(n.partitions)
     for _, h in suspects:
         pids[h.transactional_id] = h.producer_id
-    if to_release:
-        batches_named = tuple(sorted({n.batch for n in report.notes
-                                      if n.fate is StrandedFate.RELEASE}))
-        session.append(Released(batches_named, tuple(sorted(to_release)), tuple(
-            (t, topic, p) for t, tps in sorted(to_release.items()) for topic, p in sorted(tps))))
-        for tid, tps in sorted(to_release.items()):
-            result = control.release_stranded(tid, sorted(tps), producer_id=pids[tid])
-            report.releases[tid] = result
-            if not result.released:
-                log.error("stranded commit of %s on %s could not be released: %s at %s", tid,
-                          sorted(tps), result.error, result.step)
-    for n in report.unreleased:
-        log.error("a committed transaction still holds partitions open: %s (batch %s): %s",
-                  n.transactional_id, n.batch, n.reason)
-    return report
-
-
-def _key(h: Handle) -> tuple[str, int, int]:
-    return (h.transactional_id, h.producer_id, h.epoch)
+    if not to_release:
+        return
+    batches_named = tuple(sorted({n.batch for n in report.notes
+                                  if n.fate is StrandedFate.RELEASE}))
+    # Holds the ids from here on: a release cut short by a crash is retried by a later check.
+    session.append(Released(batches_named, tuple(sorted(to_release)), tuple(
+        (t, topic, p) for t, tps in sorted(to_release.items()) for topic, p in sorted(tps))))
+    for tid, tps in sorted(to_release.items()):
+        report.releases[tid] = control.release_stranded(tid, sorted(tps), producer_id=pids[tid])
 
 
 def _observe(control: ControlClient, suspects: Sequence[tuple[str, Handle]], wait_ms: int,
              grace_ms: int, clock: Callable[[], float]
-             ) -> tuple[dict[tuple[str, int, int], StrandedVerdict],
-                        dict[tuple[str, int, int], list[PartitionSpan]]]:
+             ) -> tuple[dict[TxnKey, StrandedVerdict], dict[TxnKey, list[PartitionSpan]]]:
     """Ask until every suspect is settled or proven stranded twice, `grace_ms` apart, or until
     `wait_ms` ran out (then what is still waiting is reported as such)."""
     start = clock()
     delay = _FIRST_POLL_S
-    first_release: dict[tuple[str, int, int], float] = {}
+    first_release: dict[TxnKey, float] = {}
     while True:
         now = clock()
         # The coordinator first: once it shows a completed state, every marker was acknowledged,
         # so a partition still held open after that lost its marker.
         desc = control.describe_transactions(sorted({h.transactional_id for _, h in suspects}))
-        spans = {(s.topic, s.partition): s for _, h in suspects for s in h.spans}
-        lso = control.last_stable_offsets(sorted(spans))
-        held = sorted(tp for tp, s in spans.items() if tp in lso and lso[tp] <= s.first_offset)
+        lso = control.last_stable_offsets(sorted({(s.topic, s.partition)
+                                                  for _, h in suspects for s in h.spans}))
+        held = sorted({(s.topic, s.partition) for _, h in suspects for s in h.spans
+                       if _maybe_held(s, lso)})
+        states = control.describe_producers(held) if held else {}
         open_at: dict[TopicPartition, list[tuple[int, int]]] = {
             tp: [(a.producer_id, a.current_txn_start_offset) for a in state.producers]
-            for tp, state in (control.describe_producers(held).items() if held else ())}
-        verdicts: dict[tuple[str, int, int], StrandedVerdict] = {}
-        stuck: dict[tuple[str, int, int], list[PartitionSpan]] = {}
+            for tp, state in states.items() if not state.error_code}
+        errors = {tp: "no answer" for tp in held if tp not in states}
+        errors.update({tp: error_name(state.error_code) for tp, state in states.items()
+                       if state.error_code})
+        verdicts: dict[TxnKey, StrandedVerdict] = {}
+        stuck: dict[TxnKey, list[PartitionSpan]] = {}
         for _, h in suspects:
-            stuck[_key(h)] = stuck_spans(h, lso, open_at)
-            verdicts[_key(h)] = judge(h, desc.get(h.transactional_id), stuck[_key(h)])
+            k = txn_key(h)
+            stuck[k] = stuck_spans(h, lso, open_at)
+            verdicts[k] = judge(h, desc.get(h.transactional_id), stuck[k],
+                                unreadable_spans(h, lso, errors))
         pending = False
         for k, v in verdicts.items():
             if v.fate is StrandedFate.RELEASE:

@@ -91,11 +91,11 @@ def _producer(broker: KafkaUnderTest, topic: str, tid: str, end: str, count: int
 
 
 def _commit_then_crash(broker: KafkaUnderTest, make_topic: Callable[..., str],
-                       attempt: int) -> StuckCommit | None:
+                       attempt: int, tid: str | None = None) -> StuckCommit | None:
     """Commit with EndTxn while markers are held back, SIGKILL and restart the broker; return the
     stranded commit if the restarted coordinator dropped its markers, None if it wrote them."""
     topic = make_topic(partitions=2)
-    tid = f"mid-commit-{uuid.uuid4().hex[:8]}"
+    tid = tid or f"mid-commit-{uuid.uuid4().hex[:8]}"
     prefix = f"a{attempt}-"
     opened = _producer(broker, topic, tid, "open", RECORDS, prefix)
     pid, epoch = int(str(opened["producer_id"])), int(str(opened["producer_epoch"]))
@@ -142,11 +142,13 @@ def _commit_then_crash(broker: KafkaUnderTest, make_topic: Callable[..., str],
     return None
 
 
-def _stranded_commit(broker: KafkaUnderTest, make_topic: Callable[..., str]) -> StuckCommit:
+def _stranded_commit(broker: KafkaUnderTest, make_topic: Callable[..., str],
+                     transactional_id: str | None = None) -> StuckCommit:
+    """A stranded commit (on `transactional_id`, else a fresh id); tries up to MAX_ATTEMPTS."""
     if not broker.can_kill:
         pytest.fail(f"the {broker.variant} Kafka cannot be killed by the tests; run this on ours")
     for attempt in range(MAX_ATTEMPTS):
-        stuck = _commit_then_crash(broker, make_topic, attempt)
+        stuck = _commit_then_crash(broker, make_topic, attempt, transactional_id)
         if stuck is not None:
             return stuck
     pytest.fail(f"markers delivered in all {MAX_ATTEMPTS} restarts: the broker no longer drops "

@@ -28,7 +28,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @dataclass
 class Scenario:
-    """One query writing batches of `partitions` Spark partitions to two topics."""
+    """One query (or, with owner_kind "job", one family of batch jobs) writing batches of
+    `partitions` Spark partitions to two topics."""
 
     broker: KafkaUnderTest
     topics: tuple[str, str]

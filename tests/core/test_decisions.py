@@ -28,6 +28,7 @@ from twopc.decisions import (
     Fate,
     Verdict,
     batch_outcome,
+    choose_slot,
     combine_spans,
     fate_of_end_txn,
     fate_of_log_check,
@@ -43,7 +44,7 @@ from twopc.decisions import (
     unnamed_open,
 )
 from twopc.errors import InconsistentLog
-from twopc.handle import Handle
+from twopc.handle import Handle, transactional_id
 from twopc.records import (
     Aborted,
     Committed,
@@ -52,8 +53,10 @@ from twopc.records import (
     Orphans,
     Partial,
     Prepared,
+    Released,
     Resolved,
     RollForward,
+    Stranded,
     from_body,
     to_body,
 )
@@ -287,6 +290,8 @@ def test_records_roundtrip(kind: str, batch: str, intent: int, hs: tuple[Handle,
     body = msgpack.unpackb(msgpack.packb(to_body(rec)))
     assert from_body(body) == rec
     assert from_body(to_body(RollForward(("a",)))) == RollForward(("a",))
+    held = Stranded(((batch, "q-0-1", "release failed at add_partitions: X"),), ("q-1-0",))
+    assert from_body(msgpack.unpackb(msgpack.packb(to_body(held)))) == held
 
 
 def test_records_refuse_unknown() -> None:
@@ -430,3 +435,51 @@ def test_a_query_log_indexes_nothing() -> None:
     assert query is not None and job is not None and query.below == job.below == 2
     assert query.to_index == () and [b.batch for b in job.to_index] == ["1"]
     assert plan_purge(fold(records), 1, 2, jobs=True) is None  # the mark is already there
+
+
+# ---- ids in use: pending intents and stranded holds; a task's slot ------------------------------
+
+
+def _committed_batch(batch: str, seq: int, *hs: Handle) -> list[tuple[int, LogRecord]]:
+    return [(seq, Prepared(batch, hs)), (seq + 1, Committed(batch, seq, ()))]
+
+
+def test_stranded_holds_follow_released_and_stranded_records() -> None:
+    a = Handle("q-0-0", 1, 0, (), 1, "s", 0, 1000, 0, 0, 0)
+    b = Handle("q-1-0", 2, 0, (), 1, "s", 0, 1000, 1, 0, 0)
+    records = [*_committed_batch("1", 0, a, b), (2, Released(("1",), ("q-0-0",), ()))]
+    state = fold(records)
+    assert set(state.stranded) == {"q-0-0"} and state.stranded["q-0-0"].batches == ("1",)
+    assert set(state.in_use()) == {"q-0-0"}  # a release recorded, not confirmed: held
+    records.append((3, Stranded((("1", "q-1-0", "DescribeProducers answered X"),), ())))
+    assert set(fold(records).in_use()) == {"q-0-0", "q-1-0"}
+    records.append((4, Stranded((), ("q-0-0",))))
+    state = fold(records)
+    assert set(state.stranded) == {"q-1-0"} and "DescribeProducers" in state.in_use()["q-1-0"]
+    # A pending intent's ids are in use too; the purge keeps the held batch and its record.
+    records += [(5, Prepared("2", (Handle("q-2-0", 3, 0, (), 1, "s", 0, 1000, 2, 0, 0),)))]
+    state = fold(records)
+    assert set(state.in_use()) == {"q-1-0", "q-2-0"}
+    assert "pending intent of batch 2" in state.in_use()["q-2-0"]
+    assert purge_below(state, 0) is None  # batch 1 (seq 0) holds q-1-0: nothing below it goes
+    records.append((6, Stranded((), ("q-1-0",))))
+    assert purge_below(fold(records), 0) == 5  # cleared: only the pending intent stays
+
+
+@given(prefix=st.sampled_from(["q", "job"]), p=st.integers(0, 3), attempt=st.integers(0, 40),
+       slots=st.integers(2, 8), busy=st.sets(st.integers(0, 9)))
+def test_choose_slot(prefix: str, p: int, attempt: int, slots: int, busy: set[int]) -> None:
+    in_use = {transactional_id(prefix, p, s) for s in busy} | {transactional_id(prefix, p + 1, 0)}
+    slot = choose_slot(prefix, p, attempt, slots, in_use)
+    free = [s for s in range(slots) if s not in busy]
+    if not free:
+        assert slot is None
+        return
+    assert slot is not None and 0 <= slot < slots and slot not in busy  # never an id in use
+    assert slot == choose_slot(prefix, p, attempt, slots, in_use)  # deterministic
+    # Attempts that read the same log get distinct slots, as many as there are free ones.
+    window = [choose_slot(prefix, p, a, slots, in_use) for a in range(attempt,
+                                                                       attempt + len(free))]
+    assert sorted(s for s in window if s is not None) == free
+    if not busy:
+        assert slot == attempt % slots  # nothing in use: the plain pool, as before

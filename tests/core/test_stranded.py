@@ -15,11 +15,19 @@ from tests.broker.test_restart_mid_commit import _stranded_commit
 from twopc.audit import audit_topic, wait_until_stable
 from twopc.control import ControlClient, TransactionDescription, TxnState
 from twopc.coordinator import Coordinator
-from twopc.decisions import BatchState, BatchStatus
+from twopc.decisions import BatchState, BatchStatus, fold
 from twopc.handle import Handle, PartitionSpan
-from twopc.records import Committed, Prepared, Released, from_body, to_body
+from twopc.records import Committed, LogRecord, Prepared, Released, Stranded, from_body, to_body
 from twopc.session import Session
-from twopc.stranded import StrandedFate, committed_handles, judge, stuck_spans
+from twopc.stranded import (
+    StrandedFate,
+    committed_handles,
+    hold_changes,
+    judge,
+    stuck_spans,
+    to_check,
+    unreadable_spans,
+)
 from twopc.testing.brokers import KafkaUnderTest
 
 PID, EPOCH = 4000, 7
@@ -78,6 +86,51 @@ def test_stuck_spans_needs_our_own_open_transaction_at_the_first_offset(
     open_at = {("t", 0): [] if holder is None else [holder]}
     got = stuck_spans(h, {("t", 0): lso, ("u", 1): 4}, open_at)
     assert got == ([span] if lso <= 10 and holder == (PID, 10) else [])
+
+
+@given(lso=st.one_of(st.none(), st.integers(0, 30)),
+       error=st.sampled_from([None, "TOPIC_AUTHORIZATION_FAILED", "no answer",
+                              "UNKNOWN_TOPIC_OR_PARTITION"]),
+       state=st.sampled_from(list(TxnState)))
+def test_a_partition_that_cannot_be_read_is_never_settled(
+        lso: int | None, error: str | None, state: TxnState) -> None:
+    span = PartitionSpan("t", 0, 10, None, 5)
+    h = _handle((span,))
+    lsos = {} if lso is None else {("t", 0): lso}
+    errors = {} if error is None else {("t", 0): error}
+    why = unreadable_spans(h, lsos, errors)
+    maybe_held = lso is None or lso <= 10
+    # Unreadable: where the partition may be held back and its producers could not be read
+    # (a partition that no longer exists holds nothing back).
+    assert bool(why) == (maybe_held and error not in (None, "UNKNOWN_TOPIC_OR_PARTITION"))
+    v = judge(h, _desc(state), [], why)
+    assert v.fate is (StrandedFate.WAIT if why else StrandedFate.SETTLED)
+    if why:
+        assert error is not None and error in v.reason
+    # Without the last stable offset, the producer states alone decide.
+    assert stuck_spans(h, lsos, {("t", 0): [(PID, 10)]}) == ([span] if maybe_held else [])
+
+
+def test_holds_are_cleared_only_once_every_visible_handle_on_them_was_checked() -> None:
+    a0 = _handle(tid="q-0-0")
+    a1 = Handle("q-0-0", PID, EPOCH + 3, a0.spans, 5, "c", 0, 60000, 0, 0, 0)  # a later one
+    b = Handle("q-1-0", PID + 1, EPOCH, a0.spans, 5, "c", 0, 60000, 1, 0, 0)
+    records: list[tuple[int, LogRecord]] = [
+        (0, Prepared("1", (a0,))), (1, Committed("1", 0, ())),
+        (2, Prepared("2", (a1, b))), (3, Committed("2", 2, ())),
+        (4, Released(("1",), ("q-0-0",), ()))]
+    state = fold(records)
+    # Still stuck: held (no new record, it is held already); another id newly stuck: held.
+    assert hold_changes(state, [a0, a1], {"q-0-0": ("1", "failed")}) is None
+    assert hold_changes(state, [b], {"q-1-0": ("2", "wait")}) == Stranded(
+        (("2", "q-1-0", "wait"),), ())
+    # Settled, but only one of the two visible handles on q-0-0 was looked at: still held.
+    assert hold_changes(state, [a0], {}) is None
+    assert hold_changes(state, [a0, a1], {}) == Stranded((), ("q-0-0",))
+    # A check of batch 2 alone looks at batch 1 too while it holds q-0-0.
+    batches = list(state.batches.values())
+    assert [x.batch for x in to_check(batches, {"2"}, state.stranded)] == ["1", "2"]
+    assert [x.batch for x in to_check(batches, {"2"}, ())] == ["2"]
 
 
 def test_committed_handles_takes_the_visible_handles() -> None:

@@ -24,9 +24,11 @@ from twopc.control import ControlClient, ControlError
 from twopc.coordinator import Coordinator
 from twopc.decisions import BatchStatus
 from twopc.errors import (
+    FenceFailed,
     InconsistentLog,
     LogOwnershipLost,
     ResolutionRefused,
+    StrandedUnreleased,
     TwopcError,
     UndecidedError,
 )
@@ -107,15 +109,22 @@ def report_obj(report: RecoveryReport) -> dict[str, Any]:
         } for b in report.batches],
         "rolled_forward": list(report.rolled_forward),
         "orphans_fenced": list(report.orphans_fenced),
+        "fence_failures": dict(sorted(report.fence_failures.items())),
         "stranded": {
             "released": list(report.stranded.released),
             "unreleased": [{"batch": n.batch, "transactional_id": n.transactional_id,
                             "fate": n.fate.value, "reason": n.reason,
+                            "release_failed": _release_failed(report, n.transactional_id),
                             "partitions": [list(tp) for tp in n.partitions]}
                            for n in report.stranded.unreleased],
         },
         "summary": report.summary(),
     }
+
+
+def _release_failed(report: RecoveryReport, transactional_id: str) -> str | None:
+    r = report.stranded.releases.get(transactional_id)
+    return None if r is None or r.released else f"{r.step}: {r.error}"
 
 
 def _validate(args: argparse.Namespace) -> None:
@@ -172,8 +181,9 @@ def _run(args: argparse.Namespace, coord: Coordinator) -> int:
     undecided: UndecidedError | None = None
     try:
         report = coord.recover(on_progress=bar)
-    except UndecidedError as exc:
-        undecided = exc
+    except (UndecidedError, StrandedUnreleased, FenceFailed) as exc:
+        # What recovery did before it stopped, or what it left: shown below, exit code 1.
+        undecided = exc if isinstance(exc, UndecidedError) else None
         report = exc.report if isinstance(exc.report, RecoveryReport) else RecoveryReport()
     finally:
         if bar is not None:
@@ -214,7 +224,8 @@ def _run(args: argparse.Namespace, coord: Coordinator) -> int:
         emit_json(out)
     else:
         _print(out)
-    return 1 if stuck or undecided or report.stranded.unreleased else 0
+    return 1 if (stuck or undecided or report.stranded.unreleased
+                 or report.fence_failures) else 0
 
 
 def _print(out: dict[str, Any]) -> None:

@@ -34,8 +34,8 @@ committed batch's end offsets, and, with --bootstrap-servers, each pending trans
 the broker, the group's committed offsets, and the open transactions of the prefix that no record
 names (orphans). Never writes anything.
 
-exit codes: 0 healthy; 1 attention needed (pending or stuck batch, orphans, thin guard margin);
-2 bad arguments, no twopc log at the URL, storage or broker unreachable.
+exit codes: 0 healthy; 1 attention needed (pending or stuck batch, orphans, a stranded commit
+held, thin guard margin); 2 bad arguments, no twopc log at the URL, storage or broker unreachable.
 
 examples:
   twopc status --checkpoint /data/chk/orders-twopc
@@ -268,6 +268,12 @@ def build_status(view: LogView, control: ControlClient | None, *, batches: int,
     if orphans:
         attention.append(f"{len(orphans)} open transaction(s) of prefix {view.binding.prefix!r} "
                          "that no record names: `twopc recover` fences them")
+    holds = [h for _, h in sorted(state.stranded.items())]
+    attention += [f"{h.transactional_id} (batch {', '.join(h.batches)}) is held: a committed "
+                  "transaction may still hold partitions open; `twopc recover` releases it"
+                  for h in holds]
+    held = [{"transactional_id": h.transactional_id, "batches": list(h.batches), "seq": h.seq,
+             "reason": h.reason} for h in holds]
     return {
         "checkpoint": view.log.url,
         "binding": {"owner_kind": view.binding.owner_kind, "owner_id": view.binding.owner_id,
@@ -277,7 +283,7 @@ def build_status(view: LogView, control: ControlClient | None, *, batches: int,
         "broker_checked": control is not None,
         "batches": [{**batch_row(b), "figures": figures_of(b.batch) if figures_of else None}
                     for b in recent],
-        "pending": pending_rows, "stuck": stuck, "orphans": orphans,
+        "pending": pending_rows, "stuck": stuck, "orphans": orphans, "stranded": held,
         "source_offsets": source,
         "warnings": warnings, "attention": attention + warnings,
         "healthy": not attention and not warnings,
@@ -468,6 +474,8 @@ def print_status(r: dict[str, Any]) -> None:
         print(f"orphans (open transactions of prefix {b['prefix']!r} no record names):")
         for t in r["orphans"]:
             print(_txn_line(t))
+    for h in r["stranded"]:
+        print(f"held {h['transactional_id']} (batch {', '.join(h['batches'])}): {h['reason']}")
     print_source_offsets(r.get("source_offsets"))
     for w in r["warnings"]:
         print(f"WARN {w}")

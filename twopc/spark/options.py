@@ -84,10 +84,6 @@ class SinkConfig:
         """The control client reads the same librdkafka-style keys (it ignores producer-only ones)."""
         return dict(self.producer_config)
 
-    def slot(self, attempt: int) -> int:
-        """The id pool slot of a task attempt: concurrent attempts differ, the pool stays bounded."""
-        return attempt % self.slots
-
     def with_job_id(self, job_id: str) -> SinkConfig:
         return replace(self, job_id=_check_job_id(job_id))
 

@@ -111,7 +111,7 @@ def open_coordinator(config: SinkConfig, owner: Owner, *, control: bool = True) 
     from twopc.coordinator import Coordinator
 
     log = _log_for(config)
-    # Executors only ask is_committed(), which reads the log: they need no control connection.
+    # Executors only ask is_committed() and task_slot(), which read the log: no control connection.
     client = _client_for(config) if control else cast("ControlClient", None)
     if config.margin_ms is None:
         return Coordinator(log, client, owner_kind=owner.kind, owner_id=owner.owner_id,
@@ -288,7 +288,10 @@ def task_write(
     if known_committed:
         return WriteResult(ResultKind.SKIPPED, batch, task_partition, attempt)
     coordinator = open_coordinator(config, owner, control=False)
-    if coordinator.is_committed(batch):
+    # An id a pending intent names or a stranded commit holds is not free (DESIGN.md section 5):
+    # its InitProducerId would end that transaction.
+    slot = coordinator.task_slot(batch, task_partition, attempt, config.slots)
+    if slot is None:
         return WriteResult(ResultKind.SKIPPED, batch, task_partition, attempt)
     rows = rows_from_batches(batches, task_partition, config.topic)
     # The executor's Python worker runs task after task (spark.python.worker.reuse): its control
@@ -298,7 +301,7 @@ def task_write(
     try:
         result = write_partition(
             config.producer_config,
-            transactional_id(config.prefix, task_partition, config.slot(attempt)),
+            transactional_id(config.prefix, task_partition, slot),
             rows,
             batch=batch,
             task_partition=task_partition,
