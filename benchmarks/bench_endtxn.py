@@ -19,6 +19,7 @@ Reports p50/p99; results go to benchmarks/results/endtxn.json.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -28,6 +29,7 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, cast
 
@@ -121,17 +123,22 @@ class _Timed:
 def precommit(bootstrap: str, topic: str, prefix: str, batch: str, n: int,
               control: ControlClient) -> list[Any]:
     """N pre-committed transactions from twopc's own writer: Spark partitions 0..N-1."""
+    from twopc.checksum import warm_up
     from twopc.handle import transactional_id
     from twopc.writer import Columns, write_partition
 
-    results = []
-    for p in range(n):
+    def write(p: int) -> Any:
         values = [f"{batch}-{p}-{i}".encode() for i in range(5)]
-        results.append(write_partition(
+        return write_partition(
             {"bootstrap.servers": bootstrap}, transactional_id(prefix, p, 0), [Columns(values, values)],
             batch=batch, task_partition=p, attempt=0, default_topic=topic,
-            transaction_timeout_ms=120_000, control=control))
-    return results
+            transaction_timeout_ms=120_000, control=control)
+
+    # Eight at a time, as executors would (librdkafka's waits release the GIL): not timed. The
+    # checksum's pandas import first, once: concurrent first imports of pandas.util deadlock.
+    warm_up()
+    with ThreadPoolExecutor(8) as pool:
+        return list(pool.map(write, range(n)))
 
 
 def run_commit(bootstrap: str, n: int, rounds: int, connections: int = 8,
@@ -155,6 +162,11 @@ def run_commit(bootstrap: str, n: int, rounds: int, connections: int = 8,
         for r in range(rounds + 1):  # round 0 warms up (connections, caches): not counted
             batch = str(r)
             results = precommit(bootstrap, topic, prefix, batch, n, control)
+            # The writer's dropped producers live on until the cyclic GC frees them (their
+            # statistics callback refers back to the writer): freed inside the timed commit, their
+            # librdkafka teardown and their threads' CPU were counted as the driver's (up to half
+            # of it, and GC pauses of 5-250 ms). On Spark the writers run in executor processes.
+            gc.collect()
             spent: dict[str, float] = defaultdict(float)
             coordinator = Coordinator(cast(Any, _Timed(checkpoint, spent, "log.")),
                                       cast(Any, _Timed(control, spent, "control.")),
