@@ -231,9 +231,20 @@ def release_stranded_commits(session: Session, control: ControlClient,
     report = StrandedReport(checked=len(handles))
     if not handles and not session.state.stranded:
         return report
-    lso = control.last_stable_offsets([(s.topic, s.partition) for _, h in handles
-                                       for s in h.spans]) if handles else {}
-    suspects = [(b, h) for b, h in handles if any(_maybe_held(s, lso) for s in h.spans)]
+    # A span may be held back when its partition's last stable offset is unknown or at or below
+    # its first offset: the latest first offset of each partition tells whether any span there
+    # can be. (One pass: the log's retained batches hold thousands of spans, asked after every
+    # commit; the suspects are worked out span by span only when some partition may hold one.)
+    latest: dict[TopicPartition, int] = {}
+    for _, h in handles:
+        for s in h.spans:
+            tp = (s.topic, s.partition)
+            if latest.get(tp, -1) < s.first_offset:
+                latest[tp] = s.first_offset
+    lso = control.last_stable_offsets(list(latest)) if latest else {}
+    suspects: list[tuple[str, Handle]] = []
+    if any(tp not in lso or lso[tp] <= first for tp, first in latest.items()):
+        suspects = [(b, h) for b, h in handles if any(_maybe_held(s, lso) for s in h.spans)]
     if suspects:  # else the usual case: one ListOffsets per leader
         _judge_and_release(session, control, suspects, report, wait_ms, grace_ms, clock)
     for n in report.unreleased:
