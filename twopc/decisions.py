@@ -125,14 +125,16 @@ class LogState:
         return frozenset(h.transactional_id for b in self.pending for h in b.intent)
 
 
-def fold(records: Iterable[tuple[int, LogRecord]], url: str = "", start_seq: int = 0) -> LogState:
-    """The state of every batch after ``records`` (seq, record), read from ``start_seq`` on.
+def fold(records: Iterable[tuple[int, LogRecord]], url: str = "", start_seq: int = 0,
+         after: LogState | None = None) -> LogState:
+    """The state of every batch after ``records`` (seq, record), read from ``start_seq`` on;
+    with ``after``, the records follow those that folded to ``after`` (a driver's own appends).
 
     A record that contradicts the ones before it raises InconsistentLog (never skipped).
     """
-    batches: dict[str, BatchState] = {}
-    holds: dict[str, StrandedHold] = {}
-    last = start_seq - 1
+    batches: dict[str, BatchState] = dict(after.batches) if after is not None else {}
+    holds: dict[str, StrandedHold] = dict(after.stranded) if after is not None else {}
+    last = after.last_seq if after is not None else start_seq - 1
     for seq, rec in records:
         last = seq
         if isinstance(rec, Released):

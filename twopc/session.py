@@ -45,12 +45,16 @@ def decode_record(url: str, seq: int, body: dict[str, Any]) -> LogRecord:
     if hit is not None and hit[0] == body:
         return hit[1]
     record = from_body(body)
+    _remember(key, body, record)
+    return record
+
+
+def _remember(key: tuple[str, int], body: dict[str, Any], record: LogRecord) -> None:
     with _decoded_lock:
         _decoded[key] = (body, record)
         _decoded.move_to_end(key)
         while len(_decoded) > _DECODED_MAX:
             _decoded.popitem(last=False)
-    return record
 
 
 def read_binding(log: Log) -> Binding | None:
@@ -98,11 +102,15 @@ class Session:
     def append(self, record: LogRecord) -> int:
         """Append at the next number; LogOwnershipLost if another driver took it."""
         seq = self.state.last_seq + 1
+        body = to_body(record)
         try:
-            self.log.append(seq, to_body(record))
+            self.log.append(seq, body)
         except RecordExists as exc:
             raise LogOwnershipLost(self.log.url, seq) from exc
+        # The record at `seq` is this body now: the next call of this process that reads it back
+        # (an intent of 64 handles, on every commit) finds it decoded.
+        _remember((self.log.url, seq), body, record)
         self._records.append((seq, record))
-        self.state = fold(self._records, self.log.url, self._start)
+        self.state = fold([(seq, record)], self.log.url, self._start, after=self.state)
         self.appended += 1
         return seq

@@ -258,11 +258,14 @@ def test_fold_follows_the_table(steps: list[tuple[str, str, bool]], hs: tuple[Ha
         if not ok:
             with pytest.raises(InconsistentLog):
                 fold(records)
+            with pytest.raises(InconsistentLog):  # as a driver folds its own append
+                fold(records[-1:], after=fold(records[:-1]))
             return
         if kind == "prepared":
             intents[batch], before[batch] = seq, cur
         model[batch] = nxt
         state = fold(records)
+        assert fold(records[-1:], after=fold(records[:-1])) == state
         assert {b: s.status for b, s in state.batches.items() if b in model} == model
         assert state.last_seq == seq
         assert {b.batch for b in state.pending} == {

@@ -27,6 +27,18 @@ def test_reread_reuses_the_decoded_record() -> None:
     assert again == Prepared("0", (_handle("p-0-0"),))
 
 
+def test_a_record_appended_by_this_process_is_not_decoded_again() -> None:
+    log = open_log(f"memory://session-decode-{uuid.uuid4().hex}")
+    intent = Prepared("0", (_handle("p-0-0"), _handle("p-1-0")))
+    session = Session(log)
+    session.append(intent)
+    session.append(Duplicates("0", ("p-2-0",)))
+    assert session.state.batch("0").intent == intent.handles
+    reread = Session(log)
+    assert reread._records[0][1] is intent
+    assert reread.state == session.state
+
+
 def test_another_body_at_the_same_number_is_decoded_afresh() -> None:
     """A log deleted and started again at the same URL holds other records at the same numbers."""
     url = f"memory://session-decode-{uuid.uuid4().hex}"
