@@ -170,41 +170,55 @@ class Reader:
         return len(self._data) - self.pos
 
     def _take(self, n: int) -> memoryview:
-        if n < 0 or self.pos + n > len(self._data):
+        start = self._advance(n)
+        return self._data[start:start + n]
+
+    def _advance(self, n: int) -> int:
+        """Moves past `n` bytes; returns where they start."""
+        start = self.pos
+        if n < 0 or start + n > len(self._data):
             raise ProtocolError(
                 f"truncated data: wanted {n} bytes at {self.pos}, have {self.remaining}")
-        view = self._data[self.pos:self.pos + n]
-        self.pos += n
-        return view
+        self.pos = start + n
+        return start
+
+    # Fixed-width values are unpacked in place (no slice per value): a response of 64
+    # transactions holds a few thousand of them, decoded on the driver's commit path.
+    def _fixed(self, fmt: struct.Struct) -> int:
+        return int(fmt.unpack_from(self._data, self._advance(fmt.size))[0])
 
     def raw(self, n: int) -> bytes:
         return bytes(self._take(n))
 
     def int8(self) -> int:
-        return int(_I8.unpack(self._take(1))[0])
+        return self._fixed(_I8)
 
     def bool(self) -> bool:
         return self.int8() != 0
 
     def int16(self) -> int:
-        return int(_I16.unpack(self._take(2))[0])
+        return self._fixed(_I16)
 
     def uint16(self) -> int:
-        return int(_U16.unpack(self._take(2))[0])
+        return self._fixed(_U16)
 
     def int32(self) -> int:
-        return int(_I32.unpack(self._take(4))[0])
+        return self._fixed(_I32)
 
     def uint32(self) -> int:
-        return int(_U32.unpack(self._take(4))[0])
+        return self._fixed(_U32)
 
     def int64(self) -> int:
-        return int(_I64.unpack(self._take(8))[0])
+        return self._fixed(_I64)
 
     def float64(self) -> float:
-        return float(_F64.unpack(self._take(8))[0])
+        return float(_F64.unpack_from(self._data, self._advance(8))[0])
 
     def _unsigned(self, max_bytes: int) -> int:
+        pos = self.pos
+        if pos < len(self._data) and not self._data[pos] & 0x80:  # one byte: the usual case
+            self.pos = pos + 1
+            return int(self._data[pos])
         result = 0
         for i in range(max_bytes):
             b = self._take(1)[0]
