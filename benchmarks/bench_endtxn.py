@@ -126,7 +126,7 @@ def precommit(bootstrap: str, topic: str, prefix: str, batch: str, n: int,
               control: ControlClient) -> list[Any]:
     """N pre-committed transactions from twopc's own writer: Spark partitions 0..N-1."""
     from twopc.checksum import warm_up
-    from twopc.handle import transactional_id
+    from twopc.pool import transactional_id
     from twopc.writer import Columns, write_partition
 
     def write(p: int) -> Any:

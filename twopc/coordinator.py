@@ -67,6 +67,7 @@ from twopc.records import (
     Binding,
     Committed,
     Duplicates,
+    OwnerKind,
     Prepared,
     Resolved,
 )
@@ -82,7 +83,6 @@ from twopc.source_offsets import (
 )
 from twopc.stranded import StrandedReport, release_stranded_commits, to_check
 
-OWNER_KINDS = ("query", "job")
 # A committed transaction's partition must look stranded this long before it is released: markers
 # can lag the coordinator's answer by a few hundred milliseconds.
 STRANDED_GRACE_MS = 1000
@@ -116,17 +116,18 @@ class AbortReport:
 
 
 class Coordinator:
-    def __init__(self, log: Log, control: ControlClient, *, owner_kind: str, owner_id: str,
-                 prefix: str, clock_ms: Callable[[], int] = wall_clock_ms, margin_ms: int = 5000,
-                 settle_wait_ms: int = 60000, retain_batches: int = 10,
+    def __init__(self, log: Log, control: ControlClient, *, owner_kind: OwnerKind | str,
+                 owner_id: str, prefix: str, clock_ms: Callable[[], int] = wall_clock_ms,
+                 margin_ms: int = 5000, settle_wait_ms: int = 60000, retain_batches: int = 10,
                  stranded_wait_ms: int = 5000) -> None:
-        if owner_kind not in OWNER_KINDS:
-            raise ValueError(f"owner_kind must be one of {OWNER_KINDS}, got {owner_kind!r}")
+        kinds = [k.value for k in OwnerKind]
+        if owner_kind not in kinds:
+            raise ValueError(f"owner_kind must be one of {kinds}, got {owner_kind!r}")
         if not owner_id or not prefix:
             raise ValueError("owner_id and prefix must be non-empty")
         self.log = log
         self.control = control
-        self.binding = Binding(owner_kind, owner_id, prefix)
+        self.binding = Binding(OwnerKind(owner_kind).value, owner_id, prefix)
         self.prefix = prefix
         self.clock_ms = clock_ms
         self.margin_ms = margin_ms
@@ -504,14 +505,14 @@ class Coordinator:
         records may be purged). The log is read first: a purge indexes a job before its records
         go, so a job this read did not find in the log is in the index by the time it is asked."""
         state = session.state.batch(batch)
-        if self.binding.owner_kind != "job" or state.status is BatchStatus.COMMITTED:
+        if self.binding.owner_kind != OwnerKind.JOB or state.status is BatchStatus.COMMITTED:
             return state
         return job_state(state, self.log.index.get(_job_key(batch)) is not None)
 
     def _remember_job(self, batch: str, seq: int | None) -> None:
         # Job ids outlive purges in the index, so a late re-run of an old job still writes nothing.
         # Written here as soon as this call knows; _purge guarantees it for every other path.
-        if self.binding.owner_kind != "job" or seq is None:
+        if self.binding.owner_kind != OwnerKind.JOB or seq is None:
             return
         with contextlib.suppress(KeyExists):  # recorded by an earlier call (a retry): same fact
             self.log.index.create(_job_key(batch), {"seq": seq})
@@ -521,7 +522,7 @@ class Coordinator:
         if not session.appended:
             return
         plan = plan_purge(session.state, self.retain_batches, self.log.low_water_mark(),
-                          jobs=self.binding.owner_kind == "job")
+                          jobs=self.binding.owner_kind == OwnerKind.JOB)
         if plan is None:
             return
         for job in plan.to_index:  # before the mark moves: a crash in between loses nothing

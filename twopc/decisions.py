@@ -35,7 +35,8 @@ from dataclasses import dataclass, field, replace
 from twopc.control import EndTxnOutcome, LogCheckResult, LogOutcome, TransactionDescription
 from twopc.control import TxnState as S
 from twopc.errors import InconsistentLog, PartitionLoss
-from twopc.handle import Handle, transactional_id
+from twopc.handle import Handle
+from twopc.pool import transactional_id
 from twopc.records import (
     RESOLVE_COMMITTED,
     Aborted,

@@ -165,8 +165,3 @@ class WriteResult:
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise HandleFormatError(f"bad write result {obj!r:.200}: {exc}") from exc
-
-
-def transactional_id(prefix: str, task_partition: int, slot: int) -> str:
-    """`{prefix}-{p}-{slot}`: bounded (broker memory), and concurrent attempts never share one."""
-    return f"{prefix}-{task_partition}-{slot}"

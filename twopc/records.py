@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 from twopc.handle import Handle, HandleFormatError
@@ -29,11 +30,20 @@ class RecordFormatError(ValueError):
     """A body is not one of twopc's record kinds (or not this version of it)."""
 
 
+class OwnerKind(str, Enum):
+    """Who owns a log (its binding): a streaming query, whose batches are micro-batch ids, or the
+    batch jobs of one transactional id prefix, whose batches are the users' job ids. The values
+    are stored in the binding: they never change."""
+
+    QUERY = "query"
+    JOB = "job"
+
+
 @dataclass(frozen=True)
 class Binding:
     """The query or job that owns the log, and its transactional id prefix (kept in the index)."""
 
-    owner_kind: str  # "query" or "job"
+    owner_kind: str  # an OwnerKind's value
     owner_id: str
     prefix: str
 

@@ -20,7 +20,8 @@ from twopc.broker import LocalKafka
 from twopc.broker.tls import make_ca
 from twopc.control import ControlClient, TlsError, TxnState
 from twopc.coordinator import Coordinator
-from twopc.handle import WriteResult, transactional_id
+from twopc.handle import WriteResult
+from twopc.pool import transactional_id
 from twopc.records import Prepared, from_body
 from twopc.rows import Row
 from twopc.testing.brokers import KafkaUnderTest, secured_configs

@@ -20,7 +20,8 @@ from checkpoint import open_log
 from twopc.audit import audit_topic, wait_until_stable
 from twopc.control import ControlClient, TxnState
 from twopc.coordinator import Coordinator
-from twopc.handle import Handle, WriteResult, transactional_id
+from twopc.handle import Handle, WriteResult
+from twopc.pool import transactional_id
 from twopc.testing.brokers import KafkaUnderTest
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -44,7 +44,8 @@ from twopc.decisions import (
     unnamed_open,
 )
 from twopc.errors import InconsistentLog
-from twopc.handle import Handle, transactional_id
+from twopc.handle import Handle
+from twopc.pool import transactional_id
 from twopc.records import (
     Aborted,
     Committed,

@@ -38,8 +38,9 @@ from twopc.errors import CommitUnverified, FenceFailed, StrandedUnreleased
 from twopc.handle import Handle, PartitionSpan
 from twopc.records import Committed, Prepared
 from twopc.session import Session
+from twopc.spark.driver import job_owner
 from twopc.spark.options import SinkConfig
-from twopc.spark.runtime import job_owner, task_write
+from twopc.spark.task import task_write
 from twopc.testing.brokers import KafkaUnderTest
 
 pytestmark = pytest.mark.integration

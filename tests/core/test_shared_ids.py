@@ -17,8 +17,9 @@ from tests.core.support import Scenario
 from twopc.control import ControlClient
 from twopc.decisions import BatchOutcome
 from twopc.handle import WriteResult
+from twopc.spark.driver import job_owner
 from twopc.spark.options import SinkConfig
-from twopc.spark.runtime import job_owner, task_write
+from twopc.spark.task import task_write
 
 pytestmark = pytest.mark.integration
 

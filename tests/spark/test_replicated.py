@@ -25,7 +25,7 @@ import pytest
 from tests.spark.helpers import DRIVER
 from twopc.audit import audit_topic, partition_offsets, wait_until_stable
 from twopc.control import ControlClient, TxnState
-from twopc.handle import transactional_id
+from twopc.pool import transactional_id
 from twopc.testing.brokers import KafkaUnderTest
 from twopc.testing.drivers import DriverProcess, write_json_files
 

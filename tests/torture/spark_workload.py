@@ -39,10 +39,10 @@ from tests.torture.spark_schedule import SparkSchedule, SparkStep, make_spark_sc
 from twopc.audit import audit_topic, wait_until_stable
 from twopc.control import ControlClient, TxnState
 from twopc.coordinator import Coordinator
-from twopc.handle import transactional_id
 from twopc.observe import recovery_summary
+from twopc.pool import transactional_id
 from twopc.records import Partial, Prepared, from_body
-from twopc.spark.runtime import query_id_from_spark_checkpoint
+from twopc.spark.driver import query_id_from_spark_checkpoint
 from twopc.testing.brokers import KafkaUnderTest
 from twopc.testing.drivers import DriverProcess, write_json_files
 from twopc.testing.faulty_fs import CONTROL_ENV, clear_control, write_control

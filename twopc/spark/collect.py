@@ -13,11 +13,13 @@ from typing import TYPE_CHECKING
 
 from twopc.handle import WriteResult
 from twopc.spark.options import SinkConfig
-from twopc.spark.runtime import Owner, task_write
+from twopc.spark.task import task_write
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame
+
+    from twopc.spark.driver import Owner
 
 _RESULT_SCHEMA = "result binary"
 

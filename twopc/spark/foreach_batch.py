@@ -12,18 +12,12 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from twopc.errors import GuardFailed
+from twopc.records import OwnerKind
 from twopc.spark.collect import write_tasks
+from twopc.spark.driver import Owner, abort_batch, prepare, record_batch, report_recovery
 from twopc.spark.errors import MissingQueryIdentity, OptionError
 from twopc.spark.options import SOURCE_OFFSETS, SPARK_CHECKPOINT, parse_options
-from twopc.spark.runtime import (
-    QUERY,
-    Owner,
-    abort_batch,
-    driver_coordinator,
-    prepare,
-    record_batch,
-    report_recovery,
-)
+from twopc.spark.reuse import driver_coordinator
 from twopc.spark.schema import check_schema
 from twopc.spark.source_offsets import batch_source_offsets
 
@@ -55,7 +49,7 @@ class ExactlyOnceKafkaSink:
                 "the twopc log to the query id"
             )
         check_schema(batch_df.schema, self.config.topic)
-        owner = Owner(QUERY, query_id)
+        owner = Owner(OwnerKind.QUERY, query_id)
         batch = str(batch_id)
         prepare(self.config, owner)
         for attempt in range(1, self.attempts_per_batch + 1):

@@ -12,7 +12,7 @@ from confluent_kafka import KafkaException, Producer
 
 from twopc import guards
 from twopc.control import ControlClient
-from twopc.handle import transactional_id
+from twopc.pool import transactional_id
 from twopc.spark.errors import OptionError
 from twopc.spark.options import RATE_LIMITED, TIMEOUT, SinkConfig
 

@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from twopc.spark.collect import write_tasks
+from twopc.spark.driver import abort_batch, job_owner, prepare, report_recovery
 from twopc.spark.options import JOB_ID, parse_options
-from twopc.spark.runtime import abort_batch, driver_coordinator, job_owner, prepare, report_recovery
+from twopc.spark.reuse import driver_coordinator
 from twopc.spark.schema import check_schema
 
 if TYPE_CHECKING:

@@ -26,21 +26,19 @@ from pyspark.sql.datasource import (
 from twopc.errors import QueryMismatch
 from twopc.handle import WriteResult
 from twopc.observe import show_in_worker_log
-from twopc.spark.errors import OptionError
-from twopc.spark.options import JOB_ID, SinkConfig, parse_options
-from twopc.spark.runtime import (
-    QUERY,
+from twopc.records import OwnerKind
+from twopc.spark.driver import (
     Owner,
     abort_batch,
     commit_batch,
-    driver_coordinator,
     job_owner,
     prepare,
     query_id_from_spark_checkpoint,
-    report_recovery,
-    task_write,
 )
+from twopc.spark.errors import OptionError
+from twopc.spark.options import JOB_ID, SinkConfig, parse_options
 from twopc.spark.schema import check_schema
+from twopc.spark.task import task_write
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -111,9 +109,7 @@ class BatchWriter(DataSourceArrowWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         show_in_worker_log()
-        with driver_coordinator(self.config, self.owner) as coordinator:
-            report = coordinator.commit(self.batch, results_of(messages))
-        report_recovery(self.config, self.owner, report.recovery, "commit")
+        commit_batch(self.config, self.owner, self.batch, results_of(messages))
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         show_in_worker_log()
@@ -187,7 +183,7 @@ class Kafka2pcDataSource(DataSource):
         show_in_worker_log()
         config = parse_options(self.options, streaming=True)
         check_schema(schema, config.topic)
-        owner = Owner(QUERY, query_id_from_spark_checkpoint(config.spark_checkpoint))
+        owner = Owner(OwnerKind.QUERY, query_id_from_spark_checkpoint(config.spark_checkpoint))
         if not _constructed_for_commit():
             prepare(config, owner)
         return StreamWriter(config, owner)

@@ -1,0 +1,205 @@
+"""The driver side of every Spark entry point (data source, foreachBatch sink, job function).
+
+`prepare` (bind the log to its owner, guards at start, recovery) before any task writes, then
+`commit_batch` or `abort_batch`. What each call did goes to the `twopc` log lines and, for a
+streaming query, to the journal (journal.py) that TwopcProgressListener reads. Nothing the protocol
+needs is kept between calls (it is all in the checkpoint log and the messages): what a reused
+worker keeps is only a speed-up (reuse.py).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from twopc import observe
+from twopc.errors import TwopcError
+from twopc.handle import WriteResult
+from twopc.records import OwnerKind
+from twopc.spark.errors import MissingQueryIdentity
+from twopc.spark.guards import check_at_start
+from twopc.spark.journal import Journal, batch_entry, record_safely, recovery_entry
+from twopc.spark.options import SPARK_CHECKPOINT, SinkConfig
+from twopc.spark.reuse import driver_coordinator
+from twopc.spark.source_offsets import batch_source_offsets, spark_checkpoint_file
+
+if TYPE_CHECKING:
+    from twopc.coordinator import Coordinator
+    from twopc.recovery import RecoveryReport
+
+
+@dataclass(frozen=True)
+class Owner:
+    """Whose log it is: a streaming query (Spark's query id, batches are micro-batch ids), or the
+    batch jobs of one transactional id prefix (batches are the users' job ids, kept forever)."""
+
+    kind: OwnerKind
+    owner_id: str
+
+    def __str__(self) -> str:
+        return f"{self.kind.value} {self.owner_id}"
+
+
+def job_owner(config: SinkConfig) -> Owner:
+    """Batch jobs of one prefix share a log; each job id is a batch of it."""
+    return Owner(OwnerKind.JOB, config.prefix)
+
+
+def query_id_from_spark_checkpoint(spark_checkpoint: str | None) -> str:
+    """Spark's query id lives in `<checkpointLocation>/metadata`, written when the query is created."""
+    if not spark_checkpoint:
+        raise MissingQueryIdentity(
+            f"a streaming write through kafka2pc needs the option {SPARK_CHECKPOINT!r} on the query "
+            "(writeStream.option('checkpointLocation', ...)): twopc binds its log to the query id kept "
+            "there, so that a query on a new Spark checkpoint cannot skip batches of an old one"
+        )
+    import fsspec
+
+    url = spark_checkpoint_file(spark_checkpoint, "metadata")
+    try:
+        with fsspec.open(url, "rt") as handle:
+            first_line = handle.readline()
+        query_id = json.loads(first_line)["id"]
+    except (OSError, ValueError, KeyError) as exc:
+        raise MissingQueryIdentity(
+            f"cannot read the query id from {url}: {exc}; the Spark checkpoint location must be "
+            "readable from the driver's Python process (a local path or an fsspec URL)"
+        ) from exc
+    return str(query_id)
+
+
+# ---- before the tasks ---------------------------------------------------------------------------
+
+# Guards at start ask the cluster (a few round trips); a driver-side Python worker is reused across
+# micro-batches, so remember which configurations already passed. Only an optimization: a new process
+# (a restart) checks again.
+_checked: set[tuple[str, str, int]] = set()
+_checked_lock = threading.Lock()
+
+
+def prepare(config: SinkConfig, owner: Owner, job: str | None = None) -> bool:
+    """Before any task of a new query, micro-batch or job writes. Returns True if `job` (a job id)
+    is already committed: its re-run must write nothing."""
+    key = (config.prefix, json.dumps(config.producer_config, sort_keys=True), config.transaction_timeout_ms)
+    with _checked_lock:
+        first = key not in _checked
+    if first:
+        check_at_start(config, streaming=owner.kind is OwnerKind.QUERY)
+        with _checked_lock:
+            _checked.add(key)
+    with driver_coordinator(config, owner) as coordinator:
+        coordinator.bind()
+        # Recovery first: a job whose earlier run crashed after its intent is rolled forward here and
+        # then counts as committed.
+        try:
+            recovered = coordinator.recover()
+        except TwopcError as exc:  # UndecidedError carries what was done before it stopped
+            report_recovery(config, owner, getattr(exc, "report", None), "prepare")
+            raise
+        report_recovery(config, owner, recovered, "prepare")
+        return job is not None and coordinator.is_committed(job)
+
+
+# ---- after the tasks ----------------------------------------------------------------------------
+
+
+def commit_batch(config: SinkConfig, owner: Owner, batch: str, results: list[WriteResult]) -> None:
+    """Spark's commit of a micro-batch or a job (a micro-batch with its source offsets, under
+    twopc.commitSourceOffsets): the core's commit, then what the settling of an open intent did,
+    if it had to, logged, and for a query the batch's figures left in the journal."""
+    began = time.monotonic()
+    with _observed_call(config, owner, "commit", batch, results, began) as coordinator:
+        report = coordinator.commit(batch, results, batch_source_offsets(config, batch))
+    record_batch(config, owner, batch, report.figures,
+                 report_recovery(config, owner, report.recovery, "commit"))
+
+
+# How long abort() waits before its second sweep: PySpark's default task kill timeout plus a margin.
+STRAGGLER_WAIT_S = 4.0
+
+
+def abort_batch(config: SinkConfig, owner: Owner, batch: str, results: list[WriteResult]) -> None:
+    """Spark's abort (or a failed job): the core's abort, then a sweep of the prefix.
+
+    A failed task's message is None (on PySpark 4.3 a failed job hands abort() None for *every*
+    task, the successful ones too), so the pre-committed transactions of this batch are unknown to
+    the driver; recovery's sweep lists the prefix's open transactions and fences those that no
+    record names, so that they stop holding back read_committed consumers now, not at their timeout.
+
+    Spark calls abort() once the job has failed, without waiting for its other tasks to stop: a task
+    still running may pre-commit just after the first sweep. PySpark kills an interrupted task's
+    Python worker within spark.python.task.killTimeout (2 s by default), so a second sweep after
+    STRAGGLER_WAIT_S finds what such tasks left open (seen in tests: a job failed by one bad row, its
+    other tasks' transactions open until their timeout).
+    """
+    began = time.monotonic()
+    with _observed_call(config, owner, "abort", batch, results, began) as coordinator:
+        aborted = coordinator.abort(batch, results)
+        rolled = report_recovery(config, owner, aborted.recovery, "abort")
+        swept = report_recovery(config, owner, coordinator.recover(), "abort")
+        time.sleep(STRAGGLER_WAIT_S)
+        again = report_recovery(config, owner, coordinator.recover(), "abort")
+        swept = again if again is not None and again["acted"] else swept
+    outcome = "rolled_forward" if aborted.recovery is not None else "fenced"
+    record_batch(config, owner, batch, _figures_of("abort", batch, outcome, results, began),
+                 rolled or swept)
+
+
+@contextmanager
+def _observed_call(config: SinkConfig, owner: Owner, event: str, batch: str,
+                   results: list[WriteResult], began: float) -> Iterator[Coordinator]:
+    """A driver call whose failure still reaches the journal: its figures (outcome: the error's
+    class) and whatever its recovery did before it stopped (UndecidedError carries that report)."""
+    with driver_coordinator(config, owner) as coordinator:
+        try:
+            yield coordinator
+        except TwopcError as exc:
+            recovery = report_recovery(config, owner, getattr(exc, "report", None), event)
+            record_batch(config, owner, batch,
+                         _figures_of(event, batch, type(exc).__name__, results, began), recovery)
+            raise
+
+
+def _figures_of(event: str, batch: str, outcome: str, results: list[WriteResult],
+                began: float) -> observe.BatchFigures:
+    handles = [r.handle for r in results if r.handle is not None]
+    return observe.figures(event, batch, outcome, handles, committed=0,
+                           now_ms=time.time_ns() // 1_000_000,
+                           latency_ms=(time.monotonic() - began) * 1000)
+
+
+# ---- what the calls did -------------------------------------------------------------------------
+
+
+def report_recovery(config: SinkConfig, owner: Owner, report: RecoveryReport | None,
+                    where: str) -> dict[str, Any] | None:
+    """What a recovery did: a JSON line on logger ``twopc`` (WARNING when it acted) and, for a
+    streaming query, the journal's ``recovery.json`` that TwopcProgressListener reports on the
+    driver. Returns the summary, or None without a report."""
+    if report is None:
+        return None
+    summary = observe.recovery_summary(report, where=where)
+    observe.log_recovery(summary)
+    if summary["acted"] and owner.kind is OwnerKind.QUERY:
+        record_safely("a recovery report", journal_of(config).write_recovery,
+                      recovery_entry(owner.owner_id, summary))
+    return summary
+
+
+def journal_of(config: SinkConfig) -> Journal:
+    return Journal(config.checkpoint_url, config.storage_options)
+
+
+def record_batch(config: SinkConfig, owner: Owner, batch: str, fig: observe.BatchFigures | None,
+                 recovery: dict[str, Any] | None = None) -> None:
+    """Leave one micro-batch's figures (of its commit or abort) for the listener (streaming
+    queries only)."""
+    if fig is None or owner.kind is not OwnerKind.QUERY:
+        return
+    record_safely(f"the figures of batch {batch}", journal_of(config).write_batch, batch,
+                  batch_entry(owner.owner_id, fig, recovery), fig.event)

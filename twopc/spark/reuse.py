@@ -1,0 +1,102 @@
+"""What a reused Python worker keeps from one call to the next: opened logs and control clients.
+
+PySpark reuses its Python workers (spark.python.worker.reuse, the default), on the driver across
+micro-batches and on executors from task to task. Opening a log probes the backend's conditional
+create (two writes and a delete), and a control client holds connections and cached coordinators
+and leaders: both are kept here for the next call of the same process. Only a speed-up: every call
+still reads the log afresh, a client that failed a call is closed and replaced, and a forked child
+never reuses its parent's client.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, cast
+
+if TYPE_CHECKING:
+    from checkpoint import Log
+    from twopc.control import ControlClient
+    from twopc.coordinator import Coordinator
+    from twopc.spark.driver import Owner
+    from twopc.spark.options import SinkConfig
+
+_shared_lock = threading.Lock()
+_logs: dict[str, Log] = {}
+_clients: dict[str, tuple[int, ControlClient]] = {}
+
+
+def _log_key(config: SinkConfig) -> str:
+    return json.dumps([config.checkpoint_url, config.storage_options,
+                       config.allow_unconditional_create], sort_keys=True, default=str)
+
+
+def _log_for(config: SinkConfig) -> Log:
+    from checkpoint import open_log
+
+    key = _log_key(config)
+    with _shared_lock:
+        log = _logs.get(key)
+    if log is None:
+        log = open_log(config.checkpoint_url, config.storage_options,
+                       allow_unconditional_create=config.allow_unconditional_create)
+        with _shared_lock:
+            _logs[key] = log
+    return log
+
+
+def client_for(config: SinkConfig) -> ControlClient:
+    """This process's kept client for `config`, taken (one call at a time uses a client), or a new
+    one; give it back with `release_client`."""
+    from twopc.control import ControlClient
+
+    key = json.dumps(config.control_config(), sort_keys=True)
+    with _shared_lock:
+        found = _clients.pop(key, None)
+    if found is not None and found[0] == os.getpid():
+        return found[1]
+    return ControlClient(config.control_config())  # (a forked child never reuses its parent's)
+
+
+def release_client(config: SinkConfig, client: ControlClient, *, healthy: bool) -> None:
+    """Keep `client` for the next call, unless the call failed (its connections may be what
+    failed) or another client is kept already: then it is closed."""
+    key = json.dumps(config.control_config(), sort_keys=True)
+    if healthy:
+        with _shared_lock:
+            if key not in _clients:
+                _clients[key] = (os.getpid(), client)
+                return
+    client.close()
+
+
+def open_coordinator(config: SinkConfig, owner: Owner, *, control: bool = True) -> Coordinator:
+    from twopc.coordinator import Coordinator
+
+    log = _log_for(config)
+    # Executors only ask is_committed() and task_slot(), which read the log: no control connection.
+    client = client_for(config) if control else cast("ControlClient", None)
+    if config.margin_ms is None:
+        return Coordinator(log, client, owner_kind=owner.kind, owner_id=owner.owner_id,
+                           prefix=config.prefix)
+    return Coordinator(log, client, owner_kind=owner.kind, owner_id=owner.owner_id,
+                       prefix=config.prefix, margin_ms=config.margin_ms)
+
+
+@contextmanager
+def driver_coordinator(config: SinkConfig, owner: Owner) -> Iterator[Coordinator]:
+    """A coordinator for one driver call; its control client is kept for the next call of this
+    process unless the call failed (then it is closed: its connections may be what failed)."""
+    coordinator = open_coordinator(config, owner)
+    healthy = False
+    try:
+        yield coordinator
+        healthy = True
+    finally:
+        release_client(config, coordinator.control, healthy=healthy)
+        if not healthy:  # open it again next time (a storage problem probes again)
+            with _shared_lock:
+                _logs.pop(_log_key(config), None)
