@@ -89,6 +89,14 @@ class StorageUnavailable(CheckpointError):
         self.operation = operation
 
 
+class LogNotFound(CheckpointError):
+    """A read-only open found no log at the URL (a local directory that does not exist)."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(f"no checkpoint log at {url}: the directory does not exist")
+        self.url = url
+
+
 class LogCorrupt(CheckpointError):
     """The log as a whole is inconsistent (for example a record missing below its end)."""
 

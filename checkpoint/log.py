@@ -10,6 +10,7 @@ Layout under the log's URL (see docs/checkpoint.md):
 from __future__ import annotations
 
 import logging
+import os
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -24,6 +25,7 @@ from checkpoint.errors import (
     InvalidPurge,
     InvalidRecord,
     KeyExists,
+    LogNotFound,
     RecordBeyondEnd,
     RecordCorrupt,
     RecordExists,
@@ -374,6 +376,7 @@ def open_log(
     storage_options: dict[str, Any] | None = None,
     *,
     allow_unconditional_create: bool = False,
+    read_only: bool = False,
 ) -> Log:
     """Open (or start) the log at fsspec ``url`` with fsspec ``storage_options``.
 
@@ -381,7 +384,15 @@ def open_log(
     raises ConditionalCreateUnsupported (naming the risk) unless ``allow_unconditional_create``
     accepts that two writers might both win a number. ``memory://`` lives inside one process:
     for single-process unit tests only. Storage failures raise StorageUnavailable.
+
+    ``read_only``: for a caller that never writes (an inspection tool): no probe (it writes), any
+    backend, and a local directory that is not there is LogNotFound instead of being created.
     """
+    if read_only:
+        local = url[len("file://"):] if url.startswith("file://") else None if "://" in url else url
+        if local is not None and not os.path.isdir(local):
+            raise LogNotFound(url)
+        return Log(open_store(url, storage_options, True))
     store = open_store(url, storage_options, allow_unconditional_create)
     problem = probe_conditional_create(store)
     if problem is not None:

@@ -3,13 +3,15 @@
 A session reads the log once, then appends at exactly the next number after the last record it
 read; a lost race means another driver writes this log, and the call stops (LogOwnershipLost)
 before it sends anything more. The binding (which query or job owns the log) lives in the log's
-index: records are purged, the binding never is.
+index: records are purged, the binding never is. A `LogView` is the same read for a caller that
+never appends (`twopc status`, `twopc recover`'s report): one decoding of the records for both.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any
 
 from checkpoint import KeyExists, Log, RecordExists
@@ -57,6 +59,39 @@ def _remember(key: tuple[str, int], body: dict[str, Any], record: LogRecord) -> 
             _decoded.popitem(last=False)
 
 
+def read_records(log: Log) -> tuple[int, list[tuple[int, LogRecord]]]:
+    """The log's low-water mark and its records from there, decoded; InconsistentLog names a
+    record that is not one of twopc's (never skipped)."""
+    start = log.low_water_mark()
+    records: list[tuple[int, LogRecord]] = []
+    for rec in log.records():
+        try:
+            records.append((rec.seq, decode_record(log.url, rec.seq, rec.body)))
+        except RecordFormatError as exc:
+            raise InconsistentLog(log.url, rec.seq, str(exc)) from exc
+    return start, records
+
+
+@dataclass(frozen=True)
+class LogView:
+    """The whole log as it is now, folded, for a reader that never appends."""
+
+    log: Log
+    binding: Binding
+    records: list[tuple[int, LogRecord]]
+    state: LogState
+    low_water_mark: int
+
+
+def read_view(log: Log) -> LogView | None:
+    """The log's view; None if it holds no binding (no twopc log, or one never bound yet)."""
+    binding = read_binding(log)
+    if binding is None:
+        return None
+    mark, records = read_records(log)
+    return LogView(log, binding, records, fold(records, log.url, mark), mark)
+
+
 def read_binding(log: Log) -> Binding | None:
     body = log.index.get(BINDING_KEY)
     if body is None:
@@ -89,13 +124,7 @@ class Session:
 
     def __init__(self, log: Log) -> None:
         self.log = log
-        self._records: list[tuple[int, LogRecord]] = []
-        self._start = log.low_water_mark()
-        for rec in log.records():
-            try:
-                self._records.append((rec.seq, decode_record(log.url, rec.seq, rec.body)))
-            except RecordFormatError as exc:
-                raise InconsistentLog(log.url, rec.seq, str(exc)) from exc
+        self._start, self._records = read_records(log)
         self.state: LogState = fold(self._records, log.url, self._start)
         self.appended = 0
 

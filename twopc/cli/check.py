@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from twopc.cli._common import add_client_settings, client_settings
 from twopc.cli._output import emit_json
 from twopc.preflight import CONNECTION, Status, run_preflight
 
@@ -31,15 +32,15 @@ def register(sub: Any) -> None:
     p.add_argument("--topic", required=True)
     p.add_argument("--prefix", required=True, help="the transactional id prefix the job will use")
     p.add_argument("--transaction-timeout-ms", type=int, default=60000)
-    p.add_argument("-X", dest="extra", action="append", default=[], metavar="KEY=VALUE",
-                   help="extra librdkafka settings (security.protocol=SASL_SSL, sasl.username=..., ...)")
+    add_client_settings(
+        p, "extra librdkafka settings (security.protocol=SASL_SSL, sasl.username=..., ...)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=_check)
 
 
 def _check(args: argparse.Namespace) -> int:
     config = {"bootstrap.servers": args.bootstrap_servers,
-              **dict(item.split("=", 1) for item in args.extra)}
+              **client_settings(args)}
     items = run_preflight(config, args.topic, args.prefix, args.transaction_timeout_ms)
     failed = any(i.status is Status.FAIL for i in items)
     unreachable = any(i.name == CONNECTION and i.status is Status.FAIL for i in items)

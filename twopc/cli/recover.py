@@ -10,16 +10,16 @@ import sys
 from typing import Any, TextIO
 
 from checkpoint import CheckpointError, open_log
-from twopc.cli._output import emit_json, fail
-from twopc.cli.status import (
+from twopc.cli._common import (
     UsageError,
     add_checkpoint_args,
-    client_config,
+    client_settings,
     print_stuck,
-    read_log,
     storage_options,
     stuck_batch,
+    view_of,
 )
+from twopc.cli._output import emit_json, fail
 from twopc.control import ControlClient, ControlError
 from twopc.coordinator import Coordinator
 from twopc.decisions import BatchStatus
@@ -154,10 +154,11 @@ def _recover(args: argparse.Namespace) -> int:
     control: ControlClient | None = None
     try:
         _validate(args)
-        log = open_log(args.checkpoint, storage_options(args.storage),
+        log = open_log(args.checkpoint, storage_options(args),
                        allow_unconditional_create=args.allow_unconditional_create)
-        binding = read_log(log).binding
-        control = ControlClient(client_config(args))
+        binding = view_of(log).binding
+        control = ControlClient({**client_settings(args),
+                                 "bootstrap.servers": args.bootstrap_servers})
         coord = Coordinator(log, control, owner_kind=binding.owner_kind, owner_id=binding.owner_id,
                             prefix=binding.prefix, settle_wait_ms=args.settle_wait_ms)
         return _run(args, coord)
@@ -188,7 +189,7 @@ def _run(args: argparse.Namespace, coord: Coordinator) -> int:
     finally:
         if bar is not None:
             bar.close()
-    view = read_log(coord.log)
+    view = view_of(coord.log)
     stuck = [stuck_batch(view, b) for b in sorted(view.state.batches.values(),
                                                   key=lambda b: b.last_seq)
              if b.status in (BatchStatus.PREPARED, BatchStatus.PARTIAL)]

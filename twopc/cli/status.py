@@ -7,23 +7,28 @@ DescribeTransactions, ListTransactions and OffsetFetch.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
-from checkpoint import CheckpointError, Log
-from checkpoint.store import open_store
+from checkpoint import CheckpointError, open_log
+from twopc.cli._common import (
+    UsageError,
+    add_checkpoint_args,
+    client_settings,
+    print_stuck,
+    spans_of,
+    storage_options,
+    stuck_batch,
+    view_of,
+)
 from twopc.cli._output import emit_json, fail
 from twopc.control import ControlClient, ControlError, TransactionDescription, TxnState
-from twopc.decisions import BatchState, BatchStatus, LogState, fold, in_pool, pass1, plan_repair
+from twopc.decisions import BatchState, BatchStatus, LogState, in_pool, pass1
 from twopc.errors import InconsistentLog, TwopcError
 from twopc.guards import coordinator_now
 from twopc.handle import Handle
-from twopc.records import Aborted, Binding, LogRecord, RecordFormatError, from_body
-from twopc.session import read_binding
+from twopc.session import LogView
 from twopc.source_offsets import SourceOffsets
 
 EPILOG = """Shows the log's binding (query or job id, transactional id prefix), the last batches and their
@@ -44,10 +49,6 @@ examples:
 """
 
 
-class UsageError(ValueError):
-    """A bad argument or a URL that holds no twopc log: exit code 2."""
-
-
 def register(sub: Any) -> None:
     p = sub.add_parser(
         "status", help="a checkpoint log's batches, pending and orphaned transactions (read-only)",
@@ -63,118 +64,7 @@ def register(sub: Any) -> None:
     p.set_defaults(handler=_status)
 
 
-def add_checkpoint_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--checkpoint", required=True, metavar="URL",
-                   help="the twopc checkpoint log (any fsspec URL or a local path)")
-    p.add_argument("--storage-option", dest="storage", action="append", default=[],
-                   metavar="KEY=VALUE", help="fsspec storage option (repeatable; JSON values "
-                   "such as true or 3 are decoded, anything else is a string)")
-    p.add_argument("-X", dest="extra", action="append", default=[], metavar="KEY=VALUE",
-                   help="extra client settings in librdkafka style (security.protocol=SSL, ...)")
-
-
-def pairs(items: Sequence[str], what: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise UsageError(f"{what} {item!r} is not KEY=VALUE")
-        out[key] = value
-    return out
-
-
-def storage_options(items: Sequence[str]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, raw in pairs(items, "--storage-option").items():
-        try:
-            out[key] = json.loads(raw)
-        except json.JSONDecodeError:
-            out[key] = raw
-    return out
-
-
-def client_config(args: argparse.Namespace) -> dict[str, str]:
-    return {**pairs(args.extra, "-X"), "bootstrap.servers": args.bootstrap_servers}
-
-
-# ---- reading the log (never writing) ---------------------------------------------------------
-
-
-@dataclass
-class LogView:
-    log: Log
-    binding: Binding
-    records: list[tuple[int, LogRecord]]
-    state: LogState
-    low_water_mark: int
-
-
-def read_log(log: Log) -> LogView:
-    binding = read_binding(log)
-    if binding is None:
-        raise UsageError(f"{log.url} holds no twopc log (no binding): check the URL; a query that "
-                         "never committed a batch has nothing to show")
-    mark = log.low_water_mark()
-    records: list[tuple[int, LogRecord]] = []
-    for rec in log.records():
-        try:
-            records.append((rec.seq, from_body(rec.body)))
-        except RecordFormatError as exc:
-            raise InconsistentLog(log.url, rec.seq, str(exc)) from exc
-    return LogView(log, binding, records, fold(records, log.url, mark), mark)
-
-
-def open_readonly(url: str, options: dict[str, Any]) -> Log:
-    """The log at `url` without the conditional-create probe (which writes) and without creating
-    a local directory that is not there."""
-    local = url[len("file://"):] if url.startswith("file://") else url if "://" not in url else None
-    if local is not None and not os.path.isdir(local):
-        raise UsageError(f"no checkpoint log at {url}: the directory does not exist")
-    return Log(open_store(url, options, True))
-
-
 # ---- what the log says ------------------------------------------------------------------------
-
-
-def spans_of(h: Handle) -> list[dict[str, Any]]:
-    return [{"topic": s.topic, "partition": s.partition, "first_offset": s.first_offset,
-             "last_offset": s.last_offset, "records": s.record_count} for s in h.spans]
-
-
-def _loss_obj(loss: Any) -> dict[str, Any]:
-    return {"task_partition": loss.task_partition, "committed_records": loss.committed_records,
-            "rerun_records": loss.rerun_records, "detail": loss.detail}
-
-
-def _handle_row(h: Handle) -> dict[str, Any]:
-    return {"task_partition": h.task_partition, "transactional_id": h.transactional_id,
-            "records": h.record_count, "partitions": spans_of(h)}
-
-
-def stuck_batch(view: LogView, b: BatchState) -> dict[str, Any]:
-    """What is visible and what was lost of a batch left prepared (undecided) or partial, and the
-    losses of the last re-run refused with DataLossError (recomputed from the recorded handles)."""
-    visible_ids = {h.transactional_id for h in b.committed.values()}
-    refused: list[dict[str, Any]] = []
-    if b.status is BatchStatus.PARTIAL:
-        for seq, rec in view.records:
-            if (isinstance(rec, Aborted) and rec.batch == b.batch and rec.intent_seq is None
-                    and seq > (b.intent_seq or -1)):
-                plan = plan_repair(b.committed, rec.handles)
-                if plan.losses:
-                    refused.append({"seq": seq, "reason": rec.reason,
-                                    "losses": [_loss_obj(x) for x in plan.losses]})
-    undecided = b.status is BatchStatus.PREPARED
-    return {
-        "batch": b.batch,
-        "status": b.status.value,
-        "intent_seq": b.intent_seq,
-        "visible": [_handle_row(h) for _, h in sorted(b.committed.items())],
-        "lost": [] if undecided else [_handle_row(h) for h in b.intent
-                                      if h.transactional_id not in visible_ids],
-        "undecided": [_handle_row(h) for h in b.intent] if undecided else [],
-        "data_loss": refused[-1:] if refused else [],
-    }
 
 
 def batch_row(b: BatchState) -> dict[str, Any]:
@@ -350,14 +240,13 @@ def _warnings(pending: list[dict[str, Any]], orphans: list[dict[str, Any]], warn
 def _status(args: argparse.Namespace) -> int:
     control: ControlClient | None = None
     try:
-        config = client_config(args)  # checked even without a broker: a typo is a usage error
-        view = read_log(open_readonly(args.checkpoint, storage_options(args.storage)))
+        view = view_of(open_log(args.checkpoint, storage_options(args), read_only=True))
         if args.bootstrap_servers:
-            control = ControlClient(config)
+            control = ControlClient({**client_settings(args),
+                                     "bootstrap.servers": args.bootstrap_servers})
         report = build_status(view, control, batches=args.batches, warn_ratio=args.warn_ratio,
                               now_ms=time.time_ns() // 1_000_000,
-                              figures_of=journal_figures(args.checkpoint,
-                                                         storage_options(args.storage)))
+                              figures_of=journal_figures(args.checkpoint, storage_options(args)))
     except UsageError as exc:
         return fail(str(exc))
     except (CheckpointError, InconsistentLog) as exc:
@@ -410,26 +299,6 @@ def _txn_line(t: dict[str, Any]) -> str:
     elif "state" in t:
         line += f"  broker: {t['state']}"
     return line
-
-
-def print_stuck(s: dict[str, Any]) -> None:
-    print(f"  batch {s['batch']} ({s['status']}):")
-    for row in s["visible"]:
-        print(f"    visible: Spark partition {row['task_partition']}: {row['records']} records "
-              f"({row['transactional_id']})")
-    for row in s["lost"]:
-        where = ", ".join(f"{p['topic']}[{p['partition']}] {p['records']} records from offset "
-                          f"{p['first_offset']}" for p in row["partitions"])
-        print(f"    LOST: Spark partition {row['task_partition']}: {row['records']} records "
-              f"({row['transactional_id']}; aborted at {where})")
-    for row in s["undecided"]:
-        print(f"    undecided: Spark partition {row['task_partition']}: {row['records']} records "
-              f"({row['transactional_id']})")
-    for refused in s["data_loss"]:
-        print(f"    DataLossError (record {refused['seq']}): the re-run differs:")
-        for x in refused["losses"]:
-            print(f"      Spark partition {x['task_partition']}: visible {x['committed_records']} "
-                  f"records, re-run {x['rerun_records']} ({x['detail']})")
 
 
 def print_source_offsets(src: dict[str, Any] | None) -> None:

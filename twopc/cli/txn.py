@@ -10,6 +10,7 @@ import argparse
 from dataclasses import asdict
 from typing import Any
 
+from twopc.cli._common import add_client_settings, client_settings
 from twopc.cli._output import emit_json, fail
 from twopc.control import (
     ControlClient,
@@ -49,9 +50,8 @@ def register(sub: Any) -> None:
             name, help=help_text, description=description,
             formatter_class=argparse.RawDescriptionHelpFormatter)
         a.add_argument("--bootstrap-servers", "-b", required=True, metavar="HOST:PORT[,...]")
-        a.add_argument("--config", "-X", action="append", default=[], metavar="KEY=VALUE",
-                       help="client setting in librdkafka style, e.g. -X security.protocol="
-                       "SASL_SSL -X sasl.mechanism=SCRAM-SHA-512 (repeatable)")
+        add_client_settings(a, "client setting in librdkafka style, e.g. -X security.protocol="
+                            "SASL_SSL -X sasl.mechanism=SCRAM-SHA-512 (repeatable)", "--config", "-X")
         a.add_argument("--json", action="store_true", help="machine-readable output")
         return a
 
@@ -82,13 +82,7 @@ def register(sub: Any) -> None:
 
 
 def _client(args: argparse.Namespace) -> ControlClient:
-    config = {"bootstrap.servers": args.bootstrap_servers}
-    for item in args.config:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise ControlError(f"--config {item!r} is not KEY=VALUE")
-        config[key.strip()] = value
-    return ControlClient(config)
+    return ControlClient({"bootstrap.servers": args.bootstrap_servers, **client_settings(args)})
 
 
 def _run(args: argparse.Namespace, action: Any) -> int:

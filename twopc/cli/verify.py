@@ -8,6 +8,7 @@ from typing import Any
 from confluent_kafka import KafkaException
 
 from twopc.audit import IdOf, audit_topic, id_from_header, id_from_key, id_from_value
+from twopc.cli._common import add_client_settings, client_settings
 from twopc.cli._output import emit_json, fail
 
 EPILOG = """Reads TOPIC from the start to its last stable offset as a read_committed consumer, counts each
@@ -40,8 +41,7 @@ def register(sub: Any) -> None:
     p.add_argument("--settle", type=float, default=30.0, metavar="SECONDS",
                    help="first wait up to this long for open transactions to end: commit markers "
                         "are written just after a commit returns (default 30; 0: as it is now)")
-    p.add_argument("-X", dest="extra", action="append", default=[], metavar="KEY=VALUE",
-                   help="extra librdkafka consumer settings (security.protocol=SSL, ...)")
+    add_client_settings(p, "extra librdkafka consumer settings (security.protocol=SSL, ...)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=_verify)
 
@@ -59,10 +59,9 @@ def _id_extractor(spec: str) -> IdOf:
 def _verify(args: argparse.Namespace) -> int:
     try:
         id_of = _id_extractor(args.id)
-        extra = dict(item.split("=", 1) for item in args.extra)
     except ValueError as exc:
         return fail(str(exc))
-    config = {"bootstrap.servers": args.bootstrap_servers, **extra}
+    config = {"bootstrap.servers": args.bootstrap_servers, **client_settings(args)}
     expected = None
     if args.expect is not None and args.id_format:
         expected = [args.id_format.format(i) for i in range(args.expect)]

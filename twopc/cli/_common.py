@@ -1,0 +1,136 @@
+"""What several commands share: their common arguments, parsed in one place, and the log view and
+stuck batches that `status` and `recover` both show.
+
+A malformed KEY=VALUE is refused by argparse itself (exit code 2, the usage line and the argument
+named), before a command opens a log or a connection.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from checkpoint import Log
+from twopc.decisions import BatchState, BatchStatus, plan_repair
+from twopc.handle import Handle
+from twopc.records import Aborted
+from twopc.session import LogView, read_view
+
+
+class UsageError(ValueError):
+    """A bad argument or a URL that holds no twopc log: exit code 2."""
+
+
+# ---- arguments --------------------------------------------------------------------------------
+
+
+def key_value(item: str) -> tuple[str, str]:
+    """argparse type of a KEY=VALUE argument."""
+    key, sep, value = item.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"{item!r} is not KEY=VALUE")
+    return key.strip(), value
+
+
+def add_client_settings(p: argparse.ArgumentParser, help_text: str, *flags: str) -> None:
+    """-X KEY=VALUE (repeatable): librdkafka-style client settings, in `args.extra`."""
+    p.add_argument(*(flags or ("-X",)), dest="extra", action="append", default=[],
+                   type=key_value, metavar="KEY=VALUE", help=help_text)
+
+
+def client_settings(args: argparse.Namespace) -> dict[str, str]:
+    return dict(args.extra)
+
+
+def add_checkpoint_args(p: argparse.ArgumentParser) -> None:
+    """--checkpoint, --storage-option and -X of the commands that read a twopc log."""
+    p.add_argument("--checkpoint", required=True, metavar="URL",
+                   help="the twopc checkpoint log (any fsspec URL or a local path)")
+    p.add_argument("--storage-option", dest="storage", action="append", default=[],
+                   type=key_value, metavar="KEY=VALUE", help="fsspec storage option (repeatable; "
+                   "JSON values such as true or 3 are decoded, anything else is a string)")
+    add_client_settings(p, "extra client settings in librdkafka style (security.protocol=SSL, ...)")
+
+
+def storage_options(args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, raw in args.storage:
+        try:
+            out[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[key] = raw
+    return out
+
+
+def view_of(log: Log) -> LogView:
+    """The log's view; UsageError if no twopc log is there."""
+    view = read_view(log)
+    if view is None:
+        raise UsageError(f"{log.url} holds no twopc log (no binding): check the URL; a query that "
+                         "never committed a batch has nothing to show")
+    return view
+
+
+# ---- stuck batches ----------------------------------------------------------------------------
+
+
+def spans_of(h: Handle) -> list[dict[str, Any]]:
+    return [{"topic": s.topic, "partition": s.partition, "first_offset": s.first_offset,
+             "last_offset": s.last_offset, "records": s.record_count} for s in h.spans]
+
+
+def _loss_obj(loss: Any) -> dict[str, Any]:
+    return {"task_partition": loss.task_partition, "committed_records": loss.committed_records,
+            "rerun_records": loss.rerun_records, "detail": loss.detail}
+
+
+def _handle_row(h: Handle) -> dict[str, Any]:
+    return {"task_partition": h.task_partition, "transactional_id": h.transactional_id,
+            "records": h.record_count, "partitions": spans_of(h)}
+
+
+def stuck_batch(view: LogView, b: BatchState) -> dict[str, Any]:
+    """What is visible and what was lost of a batch left prepared (undecided) or partial, and the
+    losses of the last re-run refused with DataLossError (recomputed from the recorded handles)."""
+    visible_ids = {h.transactional_id for h in b.committed.values()}
+    refused: list[dict[str, Any]] = []
+    if b.status is BatchStatus.PARTIAL:
+        for seq, rec in view.records:
+            if (isinstance(rec, Aborted) and rec.batch == b.batch and rec.intent_seq is None
+                    and seq > (b.intent_seq or -1)):
+                plan = plan_repair(b.committed, rec.handles)
+                if plan.losses:
+                    refused.append({"seq": seq, "reason": rec.reason,
+                                    "losses": [_loss_obj(x) for x in plan.losses]})
+    undecided = b.status is BatchStatus.PREPARED
+    return {
+        "batch": b.batch,
+        "status": b.status.value,
+        "intent_seq": b.intent_seq,
+        "visible": [_handle_row(h) for _, h in sorted(b.committed.items())],
+        "lost": [] if undecided else [_handle_row(h) for h in b.intent
+                                      if h.transactional_id not in visible_ids],
+        "undecided": [_handle_row(h) for h in b.intent] if undecided else [],
+        "data_loss": refused[-1:] if refused else [],
+    }
+
+
+def print_stuck(s: dict[str, Any]) -> None:
+    print(f"  batch {s['batch']} ({s['status']}):")
+    for row in s["visible"]:
+        print(f"    visible: Spark partition {row['task_partition']}: {row['records']} records "
+              f"({row['transactional_id']})")
+    for row in s["lost"]:
+        where = ", ".join(f"{p['topic']}[{p['partition']}] {p['records']} records from offset "
+                          f"{p['first_offset']}" for p in row["partitions"])
+        print(f"    LOST: Spark partition {row['task_partition']}: {row['records']} records "
+              f"({row['transactional_id']}; aborted at {where})")
+    for row in s["undecided"]:
+        print(f"    undecided: Spark partition {row['task_partition']}: {row['records']} records "
+              f"({row['transactional_id']})")
+    for refused in s["data_loss"]:
+        print(f"    DataLossError (record {refused['seq']}): the re-run differs:")
+        for x in refused["losses"]:
+            print(f"      Spark partition {x['task_partition']}: visible {x['committed_records']} "
+                  f"records, re-run {x['rerun_records']} ({x['detail']})")
