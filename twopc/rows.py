@@ -1,4 +1,4 @@
-"""The rows a task writes, and the typed errors for rows that cannot be sent.
+"""The rows a task writes (a row that cannot be sent is a RowError: twopc/write_errors.py).
 
 A row is a `Row` or a plain mapping with the same field names. The writer reads `Row` fields on its
 hot path directly; mappings go through `fields_of`, which is strict about names: a misspelt field
@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from twopc.write_errors import RowError
 
 Headers = tuple[tuple[str, bytes | None], ...]
 # value, key, topic, partition (-1: the partitioner chooses), headers (None: none), timestamp (0: now)
@@ -44,27 +46,6 @@ class Columns:
 
     def __len__(self) -> int:
         return len(self.values)
-
-
-class WriteError(Exception):
-    """Base class of the writer's errors: the task failed and its transaction is not committed."""
-
-
-class RowError(WriteError):
-    """A row that cannot be sent. The transaction was aborted: nothing of the task is visible."""
-
-    def __init__(self, index: int, key: object, reason: str) -> None:
-        self.index = index
-        self.key = key
-        self.reason = reason
-        super().__init__(f"row {index} (key {describe_key(key)}) cannot be written: {reason}")
-
-
-def describe_key(key: object) -> str:
-    if key is None:
-        return "None"
-    text = repr(key)
-    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def fields_of(row: Mapping[str, Any], index: int) -> Fields:

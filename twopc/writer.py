@@ -7,7 +7,9 @@ Rows come as `Row`s, mappings, or `Columns` blocks (value and key columns, from 
 per row). The transaction starts in a helper thread while the caller's rows are read ahead, so that
 the broker round trips of init_transactions overlap with the caller's conversion work. Only failed
 deliveries are reported to Python; where the transaction starts in each partition and how many records
-it holds there (the handle's spans) the partition leaders tell once, after the flush (twopc/spans.py).
+it holds there (the handle's spans) the partition leaders tell once, after the flush: identify.py
+checks, from the producer's and the brokers' views, that the handle names this task's own
+transaction. The errors a write ends with: write_errors.py.
 
 After the pre-commit the producer is dropped, never closed and never used in a `with` block:
 confluent-kafka's `close()` aborts an open transaction, while librdkafka's destroy (what dropping
@@ -16,10 +18,7 @@ the last reference runs) sends no EndTxn. tests/writer prove the latter against 
 
 from __future__ import annotations
 
-import json
 import logging
-import math
-import socket
 import threading
 import time
 from collections import deque
@@ -32,23 +31,32 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from twopc.checksum import MultisetChecksum, identity_hashes, record_hashes, warm_up
-from twopc.control import ControlClient, TransactionDescription, TxnState
+from twopc.control import ControlClient
 from twopc.control.config import tls_failure_advice
-from twopc.crashpoints import crash_point, wall_clock_ms
-from twopc.handle import Handle, PartitionSpan, ResultKind, WriteResult
+from twopc.crashpoints import crash_point
+from twopc.handle import Handle, ResultKind, WriteResult
+from twopc.identify import Statistics, identify
 from twopc.rows import (
     Columns,
     Row,
-    RowError,
-    WriteError,
     check_partition,
     check_value,
-    describe_key,
     encode_headers,
     fields_of,
     produce_headers,
 )
-from twopc.spans import read_spans
+from twopc.write_errors import (
+    BrokerSecurityError,
+    DeliveryError,
+    IdentificationError,
+    ProducerError,
+    RowError,
+    SpanError,
+    TransactionBudgetExceeded,
+    WriteError,
+    WriterConfigError,
+    ZombieDetected,
+)
 
 __all__ = [
     "BrokerSecurityError",
@@ -79,71 +87,6 @@ _MAX_KEPT_FAILURES = 1000
 READ_AHEAD_ROWS = 65536  # rows read from the caller while the transaction starts
 _NO_TOPIC = ("the row names no topic and the writer has no default topic: set the topic option "
              "or a topic column")
-
-
-class WriterConfigError(WriteError):
-    """The producer configuration or the arguments contradict what the writer needs."""
-
-
-class BrokerSecurityError(WriterConfigError):
-    """The producer could not connect securely: the TLS handshake or the SASL authentication with
-    the brokers failed. Nothing was written; the message names the setting to change."""
-
-
-class DeliveryError(WriteError):
-    """A record's delivery failed: the transaction was aborted, nothing of the task is visible."""
-
-    def __init__(self, index: int | None, key: object, topic: str | None,
-                 partition: int | None, reason: str, failed: int) -> None:
-        self.index = index
-        self.key = key
-        self.topic = topic
-        self.partition = partition
-        self.reason = reason
-        self.failed = failed
-        row = f"row {index}" if index is not None else "a row"
-        super().__init__(
-            f"delivery of {row} (key {describe_key(key)}) to {topic} [{partition}] failed: "
-            f"{reason} ({failed} record(s) failed in all). The transaction was aborted: nothing "
-            "of this task is visible")
-
-
-class TransactionBudgetExceeded(WriteError):
-    """The transaction would outlive its budget: aborted before the coordinator times it out."""
-
-
-class ProducerError(WriteError):
-    """The producer failed outside any single row (start, flush); the transaction was aborted."""
-
-
-class SpanError(WriteError):
-    """A partition leader could not say what the transaction wrote there; it was aborted."""
-
-
-class IdentificationError(WriteError):
-    """The producer's own view of its transaction could not be read (no statistics sample)."""
-
-
-class ZombieDetected(WriteError):
-    """The producer's view and the coordinator's view of the transaction disagree.
-
-    Another process holds the transactional id (a zombie attempt that re-initialized it), or the
-    coordinator already ended the transaction. The task fails; its transaction is neither
-    committed nor aborted by this process.
-    """
-
-    def __init__(self, transactional_id: str, producer_view: str,
-                 coordinator: TransactionDescription) -> None:
-        self.transactional_id = transactional_id
-        self.producer_view = producer_view
-        self.coordinator = coordinator
-        super().__init__(
-            f"transactional id {transactional_id!r}: the producer says {producer_view}, the "
-            f"coordinator says {coordinator.state.value} with producer id "
-            f"{coordinator.producer_id} epoch {coordinator.producer_epoch} and partitions "
-            f"{list(coordinator.partitions)[:8]}. Another process holds this id (a zombie task "
-            "attempt) or the transaction already ended; this task fails and commits nothing. "
-            "Spark retries it; if this repeats, check for duplicate or speculative attempts")
 
 
 def budget_limit_ms(transaction_timeout_ms: int, budget_ms: int | None) -> int:
@@ -354,21 +297,13 @@ class _Transaction:
         self.limit_ms = limit_ms
         self.budget_ms = budget_ms
         self.timeout_ms = timeout_ms
-        self.interval_ms = int(config["statistics.interval.ms"])
+        self.stats = Statistics(int(config["statistics.interval.ms"]), config.get("stats_cb"))
         self.deliveries = _Deliveries()
         self.checksum = MultisetChecksum()
         self.identities: list[Any] = []  # per chunk, the rows' identity hashes (uint64 arrays)
         self.rows = 0
-        self._latest_stats: str | None = None
-        user_stats = config.get("stats_cb")
-
-        def on_stats(raw: str) -> None:
-            self._latest_stats = raw
-            if user_stats is not None:
-                user_stats(raw)
-
         self.security = _SecurityErrors(config)
-        config = {**config, "stats_cb": on_stats, "on_delivery": self.deliveries.on_delivery,
+        config = {**config, "stats_cb": self.stats.on_stats, "on_delivery": self.deliveries.on_delivery,
                   "delivery.report.only.error": True, "error_cb": self.security.on_error}
         self.producer = Producer(config)
         self.begun_at = 0.0
@@ -404,7 +339,10 @@ class _Transaction:
             crash_point("writer.after_produce")
             self._flush()
             crash_point("writer.after_flush")
-            handle = self._identify(control, task_partition, attempt)
+            handle = identify(control, self.tid, self.stats.eos_after_flush(self.producer, self.tid),
+                              rows=self.rows, checksum=self.checksum.hexdigest(),
+                              task_partition=task_partition, attempt=attempt,
+                              begun_at=self.begun_at)
         except ZombieDetected:
             # No abort: librdkafka's abort may bump the epoch with InitProducerId (KIP-360),
             # and InitProducerId on this id aborts whatever transaction is open there, which is
@@ -597,75 +535,6 @@ class _Transaction:
             if left == 0:
                 break
         self._check_budget("after the flush")
-
-    def _identify(self, control: ControlClient, task_partition: int, attempt: int) -> Handle:
-        eos = self._eos_after_flush()
-        pid, epoch = int(eos.get("producer_id", -1)), int(eos.get("producer_epoch", -1))
-        state = str(eos.get("txn_state"))
-        desc = control.describe_transactions([self.tid])[self.tid]
-        writer_clock_ms = wall_clock_ms()  # after the answer: never before its start
-        # Rounded up: the coordinator's clock cannot have read more than start + this then.
-        elapsed_ms = math.ceil((time.monotonic() - self.begun_at) * 1000)
-        view = f"{state} with producer id {pid} epoch {epoch}"
-        if (state != "InTransaction" or desc.state is not TxnState.ONGOING
-                or not desc.holds(pid, epoch)):
-            raise ZombieDetected(self.tid, view, desc)
-        spans = self._spans(control, desc, pid, epoch, view)
-        return Handle(self.tid, pid, epoch, spans, self.rows, self.checksum.hexdigest(),
-                      desc.start_ms, desc.timeout_ms, task_partition, attempt, writer_clock_ms,
-                      writer_host=socket.gethostname(), writer_elapsed_ms=elapsed_ms)
-
-    def _spans(self, control: ControlClient, desc: TransactionDescription, pid: int, epoch: int,
-               view: str) -> tuple[PartitionSpan, ...]:
-        """Per partition the coordinator lists, where the transaction starts and how many records it
-        holds, from the leaders (twopc/spans.py); their total must be the rows produced."""
-        partitions = sorted(desc.partitions)
-        reading = read_spans(partitions, control.describe_producers(partitions), pid, epoch,
-                             control.topic_ids(sorted({topic for topic, _ in partitions})))
-        if reading.unreadable:
-            (topic, part), error = reading.unreadable[0]
-            hint = (f": grant READ on topic {topic} to this principal"
-                    if error == "TOPIC_AUTHORIZATION_FAILED" else "")
-            raise SpanError(f"transactional id {self.tid!r}: the leader of {topic} [{part}] "
-                            f"answered DescribeProducers with {error}{hint}; the writer reads "
-                            "there where its transaction starts and how many records it holds. "
-                            "The transaction was aborted")
-        if reading.not_open:
-            # Fenced since the coordinator answered (a zombie attempt re-initialized the id)? Then
-            # it is not ours to abort (see run()).
-            again = control.describe_transactions([self.tid])[self.tid]
-            if again.state is not TxnState.ONGOING or not again.holds(pid, epoch):
-                raise ZombieDetected(self.tid, view, again)
-        if reading.not_open or reading.record_count != self.rows:
-            where = ", ".join(f"{t} [{p}]" for t, p in reading.not_open[:8])
-            raise DeliveryError(
-                None, None, None, None,
-                f"the partition leaders hold {reading.record_count} records of this transaction "
-                f"(producer id {pid} epoch {epoch}), the task produced {self.rows}"
-                + (f"; no open transaction of it on {where}" if where else ""),
-                abs(self.rows - reading.record_count))
-        return reading.spans
-
-    def _eos_after_flush(self) -> dict[str, Any]:
-        """librdkafka's `eos` statistics from a sample taken after the flush returned."""
-        since_us = time.monotonic_ns() // 1000
-        wait_s = max(3 * self.interval_ms / 1000, 2.0)
-        deadline = time.monotonic() + wait_s
-        seen: str | None = None
-        while time.monotonic() < deadline:
-            self.producer.poll(min(self.interval_ms / 2000, 0.05))
-            raw = self._latest_stats
-            if raw is None or raw is seen:
-                continue
-            seen = raw
-            stats = json.loads(raw)
-            if int(stats.get("ts", 0)) >= since_us:  # librdkafka's ts: CLOCK_MONOTONIC in us
-                eos = stats.get("eos")
-                if isinstance(eos, dict):
-                    return eos
-        raise IdentificationError(
-            f"transactional id {self.tid!r}: librdkafka emitted no statistics within {wait_s:.1f} "
-            "s after the flush, so the transaction cannot be identified; the task fails")
 
     # --- failure paths -------------------------------------------------------------------------
 
