@@ -102,7 +102,7 @@ class CommitReport:
     status: str  # "committed", "already_committed", "repaired", "empty"
     committed: tuple[str, ...] = ()
     duplicates: tuple[str, ...] = ()
-    losers: tuple[str, ...] = ()
+    orphans: tuple[str, ...] = ()  # fenced: open ids of the pool the intent does not name
     recovery: RecoveryReport | None = None
     figures: observe.BatchFigures | None = None  # what was logged (observe.metrics for Spark)
 
@@ -196,17 +196,17 @@ class Coordinator:
             plan = plan_commit(state, handles)
             if plan.action is CommitAction.RECOVER_FIRST:
                 recovery = settle(session, self.control, [state], prefix=self.prefix,
-                                  wait_ms=self.settle_wait_ms, sweep=False, losers=True)
+                                  wait_ms=self.settle_wait_ms, sweep=False, name_orphans=True)
                 recovery.raise_if_undecided()
                 if recovery.batches[0].outcome is BatchOutcome.COMMITTED:
                     self._verify_markers(session, batch, only={batch})
-                    swept = recovery.batches[0].losers
-                    self._fence_losers(batch, swept)
+                    swept = recovery.batches[0].orphans
+                    self._fence_orphans(batch, swept)
                 continue
             if plan.action is CommitAction.ALREADY_COMMITTED:
                 dups = self._fence_recorded(session, Duplicates(
                     batch, tuple(h.transactional_id for h in plan.duplicates)))
-                return CommitReport(batch, "already_committed", duplicates=dups, losers=swept,
+                return CommitReport(batch, "already_committed", duplicates=dups, orphans=swept,
                                     recovery=recovery)
             if plan.losses:
                 self._fence_recorded(session, Aborted(
@@ -336,7 +336,7 @@ class Coordinator:
         crash_point("coordinator.before_intent")
         intent_seq = session.append(Prepared(batch, tuple(handles), offsets))
         crash_point("coordinator.after_intent")
-        # The pool's open ids, for the `committed` record's losing attempts, asked while the
+        # The pool's open ids, for the `committed` record's orphans, asked while the
         # EndTxns are in flight (one round trip less before commit() returns): the intent's own
         # ids are protected whatever state the listing shows them in, and any other open id is
         # open before and after the EndTxns alike. (On the settling path its answer is unused.)
@@ -347,8 +347,8 @@ class Coordinator:
             # Some EndTxn answers prove nothing: the log check decides, exactly as in recovery.
             return self._settle_after_end(session, batch, {
                 k: v for k, v in fates.items() if v.fate is not Fate.UNDECIDED})
-        losers = self._open_losers(session, ids, listing.result())
-        seq = session.append(Committed(batch, intent_seq, losers))
+        orphans = self._open_orphans(session, ids, listing.result())
+        seq = session.append(Committed(batch, intent_seq, orphans))
         crash_point("coordinator.after_committed_record")
         self._remember_job(batch, seq)
         # A broker killed mid-commit can drop the markers of a commit for good (stranded.py).
@@ -356,8 +356,8 @@ class Coordinator:
         # partitions: its markers end the stranded records too, and an abort loses them (found by
         # the torture suite). So a commit returns only once its markers landed or were released.
         self._verify_markers(session, batch)
-        self._fence_losers(batch, losers, then=lambda: self._purge(session))
-        return CommitReport(batch, "committed", committed=tuple(ids), losers=losers)
+        self._fence_orphans(batch, orphans, then=lambda: self._purge(session))
+        return CommitReport(batch, "committed", committed=tuple(ids), orphans=orphans)
 
     def _attach_offsets(self, session: Session, batch: str, handles: Sequence[Handle],
                         offsets: SourceOffsets) -> SourceOffsets:
@@ -385,13 +385,13 @@ class Coordinator:
         """The outcome of a batch with no transaction to commit. Attempts that lost may still
         have written: the record names the pool's open unnamed ids and they are fenced, as after
         a commit of transactions."""
-        losers = self._open_losers(session, ())
-        seq = session.append(Committed(batch, intent_seq, losers))
+        orphans = self._open_orphans(session, ())
+        seq = session.append(Committed(batch, intent_seq, orphans))
         self._remember_job(batch, seq)
-        if losers:
+        if orphans:
             self._release_stranded(session)  # a fence must not abort stranded records
-        self._fence_losers(batch, losers, then=lambda: self._purge(session))
-        return CommitReport(batch, "empty", losers=losers)
+        self._fence_orphans(batch, orphans, then=lambda: self._purge(session))
+        return CommitReport(batch, "empty", orphans=orphans)
 
     def _end_in_order(self, handles: Sequence[Handle]) -> dict[str, EndTxnOutcome]:
         reqs = [EndTxnRequest(h.transactional_id, h.producer_id, h.epoch, True) for h in handles]
@@ -409,16 +409,16 @@ class Coordinator:
                           answered: dict[TxnKey, Verdict]) -> CommitReport:
         state = session.state.batch(batch)
         report = settle(session, self.control, [state], prefix=self.prefix,
-                        wait_ms=self.settle_wait_ms, sweep=False, losers=True, answered=answered)
+                        wait_ms=self.settle_wait_ms, sweep=False, name_orphans=True, answered=answered)
         report.raise_if_undecided()
         b = report.batches[0]
         if b.outcome is BatchOutcome.COMMITTED:
             self._remember_job(batch, b.recorded_seq)
             self._verify_markers(session, batch)
-            self._fence_losers(batch, b.losers, then=lambda: self._purge(session))
+            self._fence_orphans(batch, b.orphans, then=lambda: self._purge(session))
             return CommitReport(batch, "committed",
                                 committed=tuple(h.transactional_id for h in b.handles),
-                                losers=b.losers, recovery=report)
+                                orphans=b.orphans, recovery=report)
         if b.outcome is BatchOutcome.ABORTED:
             raise BatchAborted(batch, "every transaction was aborted before its commit: "
                                + "; ".join(h.reason for h in b.handles)[:1000])
@@ -446,7 +446,7 @@ class Coordinator:
             raise FenceFailed(record.batch, failed, done)
         return ids
 
-    def _open_losers(self, session: Session, ids: Collection[str],
+    def _open_orphans(self, session: Session, ids: Collection[str],
                      listed: Sequence[TransactionListing] | None = None) -> tuple[str, ...]:
         """The pool's open ids that no pending intent names and `ids` (the batch's) do not: the
         losing attempts a `committed` record names (DESIGN.md section 2, driver step 5).
@@ -456,12 +456,12 @@ class Coordinator:
         return unnamed_open(self.prefix, (t.transactional_id for t in open_ids),
                             protected=session.state.pending_ids() | set(ids))
 
-    def _fence_losers(self, batch: str, losers: Sequence[str],
+    def _fence_orphans(self, batch: str, orphans: Sequence[str],
                       then: Callable[[], None] | None = None) -> None:
-        """Fence the losers a `committed` record of `batch` named, run `then`, and raise
+        """Fence the orphans a `committed` record of `batch` named, run `then`, and raise
         FenceFailed if a fence failed: the batch is committed, the report must not say all went
         well."""
-        failed = fence_failures(self.control.fence(losers)) if losers else {}
+        failed = fence_failures(self.control.fence(orphans)) if orphans else {}
         crash_point("coordinator.during_sweep")
         if then is not None:
             then()

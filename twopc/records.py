@@ -65,14 +65,15 @@ class Prepared:
 
 @dataclass(frozen=True)
 class Committed:
-    """Every handle of the intent committed; ``losers`` (open ids it does not name) get fenced.
+    """Every handle of the intent committed; ``orphans`` (open ids of the pool it does not name:
+    losing attempts, tasks that died unreported) get fenced. Stored under the body key "losers".
 
     ``intent_seq`` is None only for a batch that wrote no rows at all (nothing to commit).
     """
 
     batch: str
     intent_seq: int | None
-    losers: tuple[str, ...]
+    orphans: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -184,7 +185,7 @@ def to_body(record: LogRecord) -> dict[str, Any]:
             return body
     elif isinstance(record, Committed):
         body = {"kind": "committed", "batch": record.batch, "intent": record.intent_seq,
-                "losers": _ids(record.losers)}
+                "losers": _ids(record.orphans)}  # the key of format 1: never renamed
     elif isinstance(record, Partial):
         body = {"kind": "partial", "batch": record.batch, "intent": record.intent_seq,
                 "committed": _ids(record.committed), "aborted": _ids(record.aborted)}

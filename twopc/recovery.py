@@ -60,7 +60,7 @@ class BatchReport:
     outcome: BatchOutcome
     handles: tuple[HandleReport, ...]
     recorded_seq: int | None  # the outcome record, None if undecided
-    losers: tuple[str, ...] = ()  # open ids its `committed` record names, for the caller to fence
+    orphans: tuple[str, ...] = ()  # open ids its `committed` record names, for the caller to fence
 
     @property
     def committed_partitions(self) -> list[int]:
@@ -114,7 +114,7 @@ class RecoveryReport:
 
 
 def settle(session: Session, control: ControlClient, batches: Sequence[BatchState], *,
-           prefix: str, wait_ms: int, sweep: bool, losers: bool = False,
+           prefix: str, wait_ms: int, sweep: bool, name_orphans: bool = False,
            answered: Mapping[TxnKey, Verdict] | None = None,
            clock: Callable[[], float] = time.monotonic,
            on_progress: Callable[[int, int], None] | None = None) -> RecoveryReport:
@@ -122,9 +122,9 @@ def settle(session: Session, control: ControlClient, batches: Sequence[BatchStat
 
     `answered` holds verdicts already known for some handles (a commit call's EndTxn answers):
     they skip pass 1. With `sweep`, pass 1 also fences the pool's unnamed open transactions. With
-    `losers` (a commit call settling its own batch), a `committed` record names the pool's open ids
-    that no pending intent names (losing attempts), as a fresh commit's does: the report's
-    `losers`, for the caller to fence once the batch's markers are verified.
+    `name_orphans` (a commit call settling its own batch), a `committed` record names the pool's
+    open ids that no pending intent names (orphans: losing attempts), as a fresh commit's does: the
+    report's `orphans`, for the caller to fence once the batch's markers are verified.
     `on_progress(settled, total)` is told how many handles have a final fate so far.
     """
     handles = [(b, h) for b in batches for h in b.intent]
@@ -185,8 +185,8 @@ def settle(session: Session, control: ControlClient, batches: Sequence[BatchStat
         if not b.intent and b.offsets is not None:
             # A batch without records: its decided offsets are committed plainly (idempotent).
             commit_plain(control, b.batch, b.offsets)
-        open_losers = partial(_losers, session, control, prefix, b) if losers else None
-        report.batches.append(_record_outcome(session, b, first, fates, open_losers))
+        open_orphans = partial(_open_orphans, session, control, prefix, b) if name_orphans else None
+        report.batches.append(_record_outcome(session, b, first, fates, open_orphans))
         crash_point("recovery.after_outcome")
     return report
 
@@ -196,7 +196,7 @@ def fence_failures(results: Mapping[str, FenceResult]) -> dict[str, str]:
     return {t: r.error or "unknown error" for t, r in results.items() if not r.fenced}
 
 
-def _losers(session: Session, control: ControlClient, prefix: str,
+def _open_orphans(session: Session, control: ControlClient, prefix: str,
             b: BatchState) -> tuple[str, ...]:
     # As the fresh commit: open ids of the pool that no pending intent (this one included) names.
     listed = control.list_transactions(prefix, states=[TxnState.ONGOING])
@@ -252,16 +252,16 @@ def check_logs(control: ControlClient, handles: Sequence[Handle], wait_ms: int,
 
 def _record_outcome(session: Session, b: BatchState, first: Mapping[TxnKey, Verdict],
                     fates: Mapping[TxnKey, Verdict],
-                    open_losers: Callable[[], tuple[str, ...]] | None) -> BatchReport:
+                    open_orphans: Callable[[], tuple[str, ...]] | None) -> BatchReport:
     # Within one intent the transactional ids differ (one per Spark partition).
     mine = {h.transactional_id: fates[txn_key(h)] for h in b.intent}
     outcome = batch_outcome(mine)
     assert b.intent_seq is not None
     seq: int | None = None
-    losers: tuple[str, ...] = ()
+    orphans: tuple[str, ...] = ()
     if outcome is BatchOutcome.COMMITTED:
-        losers = open_losers() if open_losers is not None else ()
-        seq = session.append(Committed(b.batch, b.intent_seq, losers))
+        orphans = open_orphans() if open_orphans is not None else ()
+        seq = session.append(Committed(b.batch, b.intent_seq, orphans))
     elif outcome is BatchOutcome.ABORTED:
         reasons = sorted({v.reason for v in mine.values()})
         seq = session.append(Aborted(b.batch, b.intent, "; ".join(reasons)[:500], b.intent_seq))
@@ -274,7 +274,7 @@ def _record_outcome(session: Session, b: BatchState, first: Mapping[TxnKey, Verd
                      first[txn_key(h)].fate.value,
                      _outcome_name(mine[h.transactional_id]), mine[h.transactional_id].reason)
         for h in b.intent)
-    return BatchReport(b.batch, outcome, rows, seq, losers)
+    return BatchReport(b.batch, outcome, rows, seq, orphans)
 
 
 def _outcome_name(v: Verdict) -> str:

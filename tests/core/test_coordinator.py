@@ -20,17 +20,17 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.mark.all_variants
-def test_commit_losers_retry_and_rerun(scenario: Scenario, control: ControlClient) -> None:
+def test_commit_orphans_retry_and_rerun(scenario: Scenario, control: ControlClient) -> None:
     results = scenario.write("0")
     # A losing (speculative) attempt of partition 1 that never reaches commit().
-    loser = scenario.write("0", [scenario.txn("0", 1, attempt=1, tag="-loser")])[0]
-    assert loser.handle is not None
+    orphan = scenario.write("0", [scenario.txn("0", 1, attempt=1, tag="-orphan")])[0]
+    assert orphan.handle is not None
     coord = scenario.coordinator(control)
     coord.bind()
     assert not coord.is_committed("0")
     report = coord.commit("0", results)
     assert report.status == "committed" and len(report.committed) == 4
-    assert report.losers == (loser.handle.transactional_id,)
+    assert report.orphans == (orphan.handle.transactional_id,)
     assert coord.is_committed("0")
     # Spark retries commit() with the same messages (crash before its own commit log): no-op.
     again = coord.commit("0", results)

@@ -36,7 +36,7 @@ def rerun_if_needed(scenario: Scenario, control: ControlClient, batch: str) -> s
 @pytest.mark.parametrize("point", DRIVER_POINTS)
 def test_driver_killed_at(point: str, scenario: Scenario, control: ControlClient) -> None:
     txns = [scenario.txn("0", p) for p in range(scenario.partitions)]
-    txns.append(scenario.txn("0", 1, attempt=1, tag="-loser"))  # never reaches commit()
+    txns.append(scenario.txn("0", 1, attempt=1, tag="-orphan"))  # never reaches commit()
     written = scenario.write("0", txns)
     results = written[:-1]
     assert scenario.drive("commit", "0", results, crash_at=f"coordinator.{point}") == {

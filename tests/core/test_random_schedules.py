@@ -30,11 +30,11 @@ def test_random_schedules(scenario: Scenario, control: ControlClient) -> None:
         point = rng.choice([*DRIVER_POINTS, None, None])
         recovery_point = rng.choice([*RECOVERY_POINTS, None, None, None]) if point else None
         timeout = point in ("after_intent", "after_endtxn_1") and rng.random() < 0.3
-        losers = rng.random() < 0.3
-        log.append(f"batch {batch}: {point} / {recovery_point} timeout={timeout} losers={losers}")
+        orphans = rng.random() < 0.3
+        log.append(f"batch {batch}: {point} / {recovery_point} timeout={timeout} orphans={orphans}")
         txns = [scenario.txn(batch, p) for p in range(scenario.partitions)]
-        if losers:
-            txns.append(scenario.txn(batch, 0, attempt=1, tag="-loser"))
+        if orphans:
+            txns.append(scenario.txn(batch, 0, attempt=1, tag="-orphan"))
         written = scenario.write(batch, txns, timeout_ms=4000 if timeout else None)
         results = written[:scenario.partitions]
         out = scenario.drive("commit", batch, results,

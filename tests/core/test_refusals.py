@@ -119,10 +119,10 @@ def test_a_fence_the_broker_refuses_is_never_reported_as_success(
     for topic in scenario.topics:
         acls.allow(ResourceType.TOPIC, topic, AclOperation.DESCRIBE, AclOperation.READ)
     results = scenario.write("0")
-    [loser] = scenario.write("0", [scenario.txn("0", 1, attempt=1, tag="-loser")],
+    [orphan] = scenario.write("0", [scenario.txn("0", 1, attempt=1, tag="-orphan")],
                              timeout_ms=120_000)
-    assert loser.handle is not None
-    lost_id = loser.handle.transactional_id
+    assert orphan.handle is not None
+    lost_id = orphan.handle.transactional_id
     acls.deny(ResourceType.TRANSACTIONAL_ID, lost_id, AclOperation.WRITE)
 
     with alice(acl_kafka) as control:
@@ -136,7 +136,7 @@ def test_a_fence_the_broker_refuses_is_never_reported_as_success(
             coord.recover()
         assert set(swept.value.failures) == {lost_id}
         with pytest.raises(FenceFailed) as aborted:  # Spark's abort() naming it
-            coord.abort("0", [loser])
+            coord.abort("0", [orphan])
         assert set(aborted.value.failures) == {lost_id}
         assert _open(control, lost_id)
     with ControlClient(acl_kafka.config()) as control:  # a principal allowed to fence it

@@ -75,7 +75,8 @@ def test_a_task_killed_after_its_precommit_is_retried_exactly_once(
     assert "RESULT" in done.stdout
     assert_exactly_once(broker, topic, expected("retry"))
     # The crashes really happened: the intent holds the retries' transactions (slot 1) and the
-    # commit named attempt 0's open transactions (slot 0) as losers, then fenced them.
+    # commit named attempt 0's open transactions (slot 0) as orphans (body key "losers"), then
+    # fenced them.
     bodies = [r.body for r in open_log(cfg["checkpoint"]).records()]
     prepared = [b for b in bodies if b["kind"] == "prepared"]
     committed = [b for b in bodies if b["kind"] == "committed"]

@@ -140,7 +140,7 @@ class _CoreRun:
         self.note(f"first attempt: {first}")
         if first.get("ok") and first["ok"].get("status") in ("committed", "repaired", "empty"):
             self.result.outcomes["committed"] += 1
-            if first["ok"].get("losers"):
+            if first["ok"].get("orphans"):
                 self.result.outcomes["fenced"] += 1
             self.scn.expect(plan.batch)
             return
@@ -219,7 +219,7 @@ class _CoreRun:
 
     def _first_plain(self, plan: BatchPlan) -> dict[str, Any]:
         report = self.coordinator().commit(plan.batch, self.write(plan.batch))
-        return {"ok": {"status": report.status, "losers": list(report.losers)}}
+        return {"ok": {"status": report.status, "orphans": list(report.orphans)}}
 
     def _first_driver_kill(self, plan: BatchPlan) -> dict[str, Any]:
         results = self.write(plan.batch)
@@ -246,10 +246,10 @@ class _CoreRun:
             self.result.faults["task_failure"] += 1
         else:
             raise ScheduleFailed(f"the task did not die at writer.{plan.point}")
-        # Spark retries the task: attempt 1 takes the next slot; attempt 0's transaction is a loser.
+        # Spark retries the task: attempt 1 takes the next slot; attempt 0's transaction is an orphan.
         results = self.write(plan.batch, slot_of={p: 1})
         report = self.coordinator().commit(plan.batch, results)
-        return {"ok": {"status": report.status, "losers": list(report.losers)}}
+        return {"ok": {"status": report.status, "orphans": list(report.orphans)}}
 
     def victim(self, plan: BatchPlan, results: Sequence[WriteResult]) -> int | None:
         """The broker a broker fault kills: all of a single broker; on a replicated cluster the
@@ -270,7 +270,7 @@ class _CoreRun:
         self.broker.kill(node)
         self.broker.restart(node)
         report = self.coordinator().commit(plan.batch, results)
-        return {"ok": {"status": report.status, "losers": list(report.losers)}}
+        return {"ok": {"status": report.status, "orphans": list(report.orphans)}}
 
     def _first_broker_kill_mid_commit(self, plan: BatchPlan) -> dict[str, Any]:
         results = self.write(plan.batch)
@@ -309,7 +309,7 @@ class _CoreRun:
             report = self.coordinator().commit(plan.batch, results)
         finally:
             clear_control(self.faults_file)
-        return {"ok": {"status": report.status, "losers": list(report.losers)}}
+        return {"ok": {"status": report.status, "orphans": list(report.orphans)}}
 
     def _first_pause_past_timeout(self, plan: BatchPlan) -> dict[str, Any]:
         assert plan.point is not None

@@ -94,7 +94,7 @@ def classify(appended: Sequence[Appended], reports: Iterable[Mapping[str, Any]],
         result.by_batch[batch] = outcome
         result.outcomes.update(outcome.split("+"))
     for a in appended:
-        if (isinstance(a.record, Committed) and a.record.losers) or (
+        if (isinstance(a.record, Committed) and a.record.orphans) or (
                 isinstance(a.record, Duplicates) and a.record.ids):
             result.outcomes["fenced"] += 1  # zombie attempts or a re-run's duplicates, fenced
     return result

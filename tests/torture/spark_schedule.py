@@ -27,7 +27,7 @@ from tests.torture.schedule import (
 
 KINDS = ("streaming", "batch")
 # A task that dies after its pre-commit, before Spark hears of it. Only attempt 0 dies: the retry
-# (attempt 1, the next transactional id slot) succeeds, and attempt 0's transaction is a loser.
+# (attempt 1, the next transactional id slot) succeeds, and attempt 0's transaction is an orphan.
 TASK_POINT = "spark.task.precommitted.attempt0"
 # With the session scope the same point kills the whole driver (in local mode the executor is in
 # the driver's JVM), after the tasks pre-committed and before the commit decision.

@@ -75,7 +75,7 @@ def test_outcomes_come_from_the_records_and_reports() -> None:
         Appended(2, RollForward(("q-0-0", "q-1-0")), run=1),
         Appended(3, Committed("0", 1, ()), run=1),                    # -> rolled_forward
         Appended(4, _intent("1", "q-0-0"), run=1),
-        Appended(5, Committed("1", 4, ("q-1-1",)), run=1),            # -> committed, fenced loser
+        Appended(5, Committed("1", 4, ("q-1-1",)), run=1),            # -> committed, fenced orphan
         Appended(6, _intent("2", "q-0-0", "q-1-0"), run=2),           # EndTxn unconfirmed
         Appended(7, Committed("2", 6, ()), run=2),                    # -> recognised_committed
         Appended(8, Orphans(("q-0-0",)), run=4),                      # killed before its intent

@@ -22,42 +22,42 @@ from twopc.testing.offsets import stable_group_offsets
 
 pytestmark = pytest.mark.integration
 
-# Long enough that the broker's timeout never fences a loser during a test: only twopc can.
+# Long enough that the broker's timeout never fences a orphan during a test: only twopc can.
 LOSER_TIMEOUT_MS = 120_000
 
 
-def _loser(scenario: Scenario, batch: str) -> str:
+def _orphan(scenario: Scenario, batch: str) -> str:
     """An attempt of Spark partition 1 that pre-committed and lost (attempt 1: slot 1)."""
-    [loser] = scenario.write(batch, [scenario.txn(batch, 1, attempt=1, tag="-loser")],
+    [orphan] = scenario.write(batch, [scenario.txn(batch, 1, attempt=1, tag="-orphan")],
                              timeout_ms=LOSER_TIMEOUT_MS)
-    assert loser.handle is not None
-    return loser.handle.transactional_id
+    assert orphan.handle is not None
+    return orphan.handle.transactional_id
 
 
 def _open(control: ControlClient, tid: str) -> bool:
     return control.describe_transactions([tid])[tid].state is TxnState.ONGOING
 
 
-def test_a_commit_that_settles_its_own_open_intent_fences_the_losers(
+def test_a_commit_that_settles_its_own_open_intent_fences_the_orphans(
         scenario: Scenario, control: ControlClient) -> None:
     results = scenario.write("0")
-    loser = _loser(scenario, "0")
+    orphan = _orphan(scenario, "0")
     assert scenario.drive("commit", "0", results, crash_at="coordinator.after_intent") == {
         "killed": True}
     # Spark calls commit() again (or a new driver process does): it settles the open intent first.
     report = scenario.coordinator(control).commit("0", results)
     assert report.status == "already_committed"
-    assert not _open(control, loser), f"the losing attempt {loser} is still open"
-    assert report.losers == (loser,)
+    assert not _open(control, orphan), f"the losing attempt {orphan} is still open"
+    assert report.orphans == (orphan,)
     scenario.expect("0")
     scenario.audit()
 
 
-def test_a_commit_settled_by_the_log_check_fences_the_losers(
+def test_a_commit_settled_by_the_log_check_fences_the_orphans(
         scenario: Scenario, control: ControlClient) -> None:
     """An EndTxn answer that proves nothing sends the commit through recovery's passes."""
     results = scenario.write("0")
-    loser = _loser(scenario, "0")
+    orphan = _orphan(scenario, "0")
     first = results[0].handle
     assert first is not None
     call = {"log": scenario.log_url, "bootstrap": scenario.broker.bootstrap_servers,
@@ -78,26 +78,26 @@ def test_a_commit_settled_by_the_log_check_fences_the_losers(
             pass
         out = finish(driver)
     assert out["rc"] == 0 and out["ok"]["status"] == "committed", out
-    assert not _open(control, loser), f"the losing attempt {loser} is still open"
-    assert out["ok"]["losers"] == [loser], out
+    assert not _open(control, orphan), f"the losing attempt {orphan} is still open"
+    assert out["ok"]["orphans"] == [orphan], out
     scenario.expect("0")
     scenario.audit()
 
 
 @pytest.mark.parametrize("with_offsets", [False, True], ids=["plain", "source-offsets"])
-def test_a_batch_of_empty_partitions_fences_the_losers(
+def test_a_batch_of_empty_partitions_fences_the_orphans(
         with_offsets: bool, scenario: Scenario, control: ControlClient,
         make_topic: Callable[..., str]) -> None:
     """Also with twopc.commitSourceOffsets: the batch then has an intent (its offsets) and a plain
     commit of them before its outcome."""
-    loser = _loser(scenario, "0")
+    orphan = _orphan(scenario, "0")
     empty = [WriteResult(ResultKind.EMPTY, "0", p, 0) for p in range(scenario.partitions)]
     source, group = make_topic(2), f"g-{uuid.uuid4().hex[:8]}"
     offsets = SourceOffsets(group, ((source, 0, 3), (source, 1, 4))) if with_offsets else None
     report = scenario.coordinator(control).commit("0", empty, offsets)
     assert report.status == "empty"
-    assert not _open(control, loser), f"the losing attempt {loser} is still open"
-    assert report.losers == (loser,)
+    assert not _open(control, orphan), f"the losing attempt {orphan} is still open"
+    assert report.orphans == (orphan,)
     if with_offsets:
         assert stable_group_offsets(scenario.broker.config(), group,
                                     [(source, 0), (source, 1)]) == {(source, 0): 3, (source, 1): 4}
