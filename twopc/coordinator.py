@@ -39,7 +39,6 @@ from twopc.decisions import (
     LogState,
     TxnKey,
     Verdict,
-    choose_slot,
     fate_of_end_txn,
     job_state,
     plan_abort,
@@ -61,6 +60,7 @@ from twopc.errors import (
 )
 from twopc.guards import check_before_intent, warn_clock_outliers
 from twopc.handle import Handle, ResultKind, WriteResult
+from twopc.pool import choose_slot
 from twopc.records import (
     DECISIONS,
     Aborted,
@@ -148,7 +148,7 @@ class Coordinator:
     def task_slot(self, batch: str, task_partition: int, attempt: int, slots: int) -> int | None:
         """Read-only, for an executor's task: None if `batch` is committed (write nothing), else
         the pool slot of the id to write with, one that no pending intent names and no stranded
-        commit holds (decisions.choose_slot; DESIGN.md section 5). NoFreeSlot if none is free."""
+        commit holds (pool.choose_slot; DESIGN.md section 5). NoFreeSlot if none is free."""
         committed, state = self._read_for_task(batch)
         if committed:
             return None

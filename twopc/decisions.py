@@ -6,15 +6,16 @@ only fetch the inputs and carry out the answers.
 
     the log's records ──fold──> LogState (per batch: NONE, ABORTED, PREPARED, PARTIAL, COMMITTED;
                                  and the ids held by stranded commits)
-    a task attempt + the ids in use ──choose_slot──> its transactional id's slot, or none free
+    a task attempt + the ids in use ──choose_slot──> its id's slot, or none free (pool.py)
     commit(b, handles)  ──plan_commit──> already committed / recover first / repair / fresh
     a recorded handle + DescribeTransactions ──pass1──> roll forward / committed / aborted / undecided
     EndTxn answer ──fate_of_end_txn──>  committed / aborted / unconfirmed (to the log check)
     log check ──fate_of_log_check──> committed / aborted / undecided(reason) / wait
     fates of a batch ──verdict──> committed / aborted / partial / undecided
     partial batch + re-run ──plan_repair──> duplicates, to commit, or the losses
-    the pool's open ids ──unnamed_open──> the losers every `committed` record names, then fenced
+    the pool's open ids ──unnamed_open──> the orphans every `committed` record names, then fenced
                                           (fresh, settled by the log check, or all empty alike)
+    a committed handle + its stuck spans ──judge──> settled / wait / release / live writer / cannot
     a batch job's state + the job-id index ──job_state──> committed if either says so
     the log ──plan_purge──> the new low-water mark, and the committed jobs to index before it moves
 
@@ -28,15 +29,14 @@ a pending intent names it or a stranded commit holds it (`LogState.in_use`).
 from __future__ import annotations
 
 import enum
-import re
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from twopc.control import EndTxnOutcome, LogCheckResult, LogOutcome, TransactionDescription
 from twopc.control import TxnState as S
 from twopc.errors import InconsistentLog, PartitionLoss
-from twopc.handle import Handle
-from twopc.pool import transactional_id
+from twopc.handle import Handle, PartitionSpan
+from twopc.pool import in_pool
 from twopc.records import (
     RESOLVE_COMMITTED,
     Aborted,
@@ -62,9 +62,6 @@ class BatchStatus(enum.Enum):
     PREPARED = "prepared"  # an intent without outcome: the decision is commit, roll it forward
     PARTIAL = "partial"  # part of it is visible: only a re-run with the same data can finish it
     COMMITTED = "committed"  # done: a re-run's transactions are duplicates
-
-
-_OPEN_FOR_INTENT = (BatchStatus.NONE, BatchStatus.ABORTED, BatchStatus.PARTIAL)
 
 
 @dataclass(frozen=True)
@@ -164,59 +161,113 @@ def _hold(holds: dict[str, StrandedHold], tid: str, batches: Sequence[str], seq:
     holds[tid] = StrandedHold(tid, tuple(sorted(set(batches))), seq, reason)
 
 
+class Step(enum.Enum):
+    """What a record does to its batch: its kind, and for an outcome whether it ends the batch's
+    open intent or one below the purge's mark (`_step_of`). The moves are the table `_NEXT`."""
+
+    INTENT = "prepared"
+    COMMIT = "committed"  # ends the open intent: its handles are visible
+    COMMIT_EMPTY = "committed, no intent"  # a batch that wrote no rows
+    PARTIAL = "partial"  # ends the open intent: the handles it names are visible
+    ABORT = "aborted"  # ends the open intent: nothing of it is visible
+    FENCE = "aborted, no intent"  # a note of what was fenced; ends nothing
+    COMMIT_PURGED = "committed, intent purged"  # stands as recorded
+    PARTIAL_PURGED = "partial, intent purged"  # stands as recorded
+    DUPLICATES = "duplicates"
+    RESOLVE_COMMITTED = "resolved committed"
+    RESOLVE_ABORTED = "resolved aborted"
+
+
+_BACK = "back"  # to the status before the intent (ABORTED if that was NONE)
+_N, _A, _P, _PA, _C = (BatchStatus.NONE, BatchStatus.ABORTED, BatchStatus.PREPARED,
+                       BatchStatus.PARTIAL, BatchStatus.COMMITTED)
+# Only a finished batch (not PREPARED) can have had its intent purged; a batch is open for an
+# intent, and for an empty commit, unless an intent is open or it committed.
+_REOPENED: dict[Step, BatchStatus | str] = {
+    Step.INTENT: _P, Step.COMMIT_EMPTY: _C, Step.COMMIT_PURGED: _C, Step.PARTIAL_PURGED: _PA}
+
+# (batch status, step) -> the next status. A pair not in the table contradicts the records before
+# it: InconsistentLog, never skipped.
+_NEXT: dict[BatchStatus, dict[Step, BatchStatus | str]] = {
+    _N: {**_REOPENED, Step.FENCE: _A, Step.DUPLICATES: _N},
+    _A: {**_REOPENED, Step.FENCE: _A, Step.DUPLICATES: _A},
+    _P: {Step.COMMIT: _C, Step.PARTIAL: _PA, Step.ABORT: _BACK, Step.FENCE: _P,
+         Step.DUPLICATES: _P, Step.RESOLVE_COMMITTED: _C, Step.RESOLVE_ABORTED: _A},
+    _PA: {**_REOPENED, Step.FENCE: _PA, Step.DUPLICATES: _PA, Step.RESOLVE_COMMITTED: _C,
+          Step.RESOLVE_ABORTED: _A},
+    _C: {Step.COMMIT_PURGED: _C, Step.PARTIAL_PURGED: _PA, Step.FENCE: _C, Step.DUPLICATES: _C},
+}
+# Why a step missing from the table contradicts the log (the other steps are in every row
+# `_step_of` can return them for).
+_REFUSED = {
+    Step.INTENT: "a second intent while one is open or the batch is committed",
+    Step.COMMIT_EMPTY: "an empty batch committed twice or over an open intent",
+    Step.RESOLVE_COMMITTED: "an operator resolution for a batch that is not stuck",
+    Step.RESOLVE_ABORTED: "an operator resolution for a batch that is not stuck",
+}
+
+
 def _step(cur: BatchState, seq: int, rec: LogRecord, url: str, start: int) -> BatchState:
     def bad(why: str) -> InconsistentLog:
         return InconsistentLog(url, seq, f"batch {cur.batch}: {why} (state {cur.status.value})")
 
+    step = _step_of(cur, rec, start, bad)
+    nxt = _NEXT[cur.status].get(step)
+    if nxt is None:
+        raise bad(_REFUSED.get(step, f"{step.value} here"))
+    if nxt == _BACK:
+        nxt = _A if cur.before_intent is _N else cur.before_intent
+    assert isinstance(nxt, BatchStatus)
+    if step is Step.INTENT:
+        assert isinstance(rec, Prepared)
+        # A repair's intent carries no source offsets when the visible part's carrier already
+        # committed them: the batch keeps those.
+        kept = cur.offsets if cur.status is _PA else None
+        return replace(cur, status=nxt, intent_seq=seq, intent=rec.handles,
+                       before_intent=cur.status, offsets=rec.offsets or kept)
+    if step is Step.COMMIT:
+        return replace(cur, status=nxt, committed={**cur.committed, **_by_partition(cur.intent)})
+    if step is Step.PARTIAL:
+        assert isinstance(rec, Partial)
+        won = set(rec.committed)
+        return replace(cur, status=nxt, committed={
+            **cur.committed,
+            **_by_partition(h for h in cur.intent if h.transactional_id in won)})
+    if step is Step.RESOLVE_ABORTED:
+        return replace(cur, status=nxt, committed={})
+    return cur if nxt is cur.status else replace(cur, status=nxt)
+
+
+def _step_of(cur: BatchState, rec: LogRecord, start: int,
+             bad: Callable[[str], InconsistentLog]) -> Step:
+    """Which step `rec` is for its batch; InconsistentLog if it names an intent other than the open
+    one (or, for a batch with none, one the purge did not remove)."""
+
     def ends_open_intent(intent_seq: int) -> bool:
-        if cur.status is BatchStatus.PREPARED and cur.intent_seq == intent_seq:
+        if cur.status is _P and cur.intent_seq == intent_seq:
             return True
         # Purge keeps unfinished batches whole but may cut a finished one (the latest record always
         # stays): an outcome whose intent lies below the mark stands as recorded.
         if 0 <= intent_seq < start and cur.intent_seq is None:
             return False
         raise bad(f"names intent {intent_seq}, but the open intent is "
-                  f"{cur.intent_seq if cur.status is BatchStatus.PREPARED else None}")
+                  f"{cur.intent_seq if cur.status is _P else None}")
 
     if isinstance(rec, Prepared):
-        if cur.status not in _OPEN_FOR_INTENT:
-            raise bad("a second intent while one is open or the batch is committed")
-        # A repair's intent carries no source offsets when the visible part's carrier already
-        # committed them: the batch keeps those.
-        kept = cur.offsets if cur.status is BatchStatus.PARTIAL else None
-        return replace(cur, status=BatchStatus.PREPARED, intent_seq=seq, intent=rec.handles,
-                       before_intent=cur.status, offsets=rec.offsets or kept)
+        return Step.INTENT
     if isinstance(rec, Committed):
         if rec.intent_seq is None:
-            if cur.status not in _OPEN_FOR_INTENT:
-                raise bad("an empty batch committed twice or over an open intent")
-            return replace(cur, status=BatchStatus.COMMITTED)
-        if not ends_open_intent(rec.intent_seq):
-            return replace(cur, status=BatchStatus.COMMITTED)
-        return replace(cur, status=BatchStatus.COMMITTED,
-                       committed={**cur.committed, **_by_partition(cur.intent)})
+            return Step.COMMIT_EMPTY
+        return Step.COMMIT if ends_open_intent(rec.intent_seq) else Step.COMMIT_PURGED
     if isinstance(rec, Partial):
-        if not ends_open_intent(rec.intent_seq):
-            return replace(cur, status=BatchStatus.PARTIAL)
-        won = set(rec.committed)
-        return replace(cur, status=BatchStatus.PARTIAL, committed={
-            **cur.committed,
-            **_by_partition(h for h in cur.intent if h.transactional_id in won)})
+        return Step.PARTIAL if ends_open_intent(rec.intent_seq) else Step.PARTIAL_PURGED
     if isinstance(rec, Aborted):
-        if rec.intent_seq is not None and ends_open_intent(rec.intent_seq):
-            back = cur.before_intent
-            return replace(cur, status=BatchStatus.ABORTED if back is BatchStatus.NONE else back)
-        if cur.status is BatchStatus.NONE:
-            return replace(cur, status=BatchStatus.ABORTED)
-        return cur
+        ends = rec.intent_seq is not None and ends_open_intent(rec.intent_seq)
+        return Step.ABORT if ends else Step.FENCE
     if isinstance(rec, Duplicates):
-        return cur
+        return Step.DUPLICATES
     assert isinstance(rec, Resolved)
-    if cur.status not in (BatchStatus.PREPARED, BatchStatus.PARTIAL):
-        raise bad("an operator resolution for a batch that is not stuck")
-    if rec.decision == RESOLVE_COMMITTED:
-        return replace(cur, status=BatchStatus.COMMITTED)
-    return replace(cur, status=BatchStatus.ABORTED, committed={})
+    return Step.RESOLVE_COMMITTED if rec.decision == RESOLVE_COMMITTED else Step.RESOLVE_ABORTED
 
 
 def _by_partition(handles: Iterable[Handle]) -> dict[int, Handle]:
@@ -233,20 +284,6 @@ def txn_key(h: Handle) -> TxnKey:
 
 def same_txn(a: Handle, b: Handle) -> bool:
     return txn_key(a) == txn_key(b)
-
-
-# ---- a task's transactional id ----------------------------------------------------------------
-
-
-def choose_slot(prefix: str, task_partition: int, attempt: int, slots: int,
-                in_use: Collection[str]) -> int | None:
-    """The pool slot a task attempt writes with (id `{prefix}-{p}-{slot}`): the free slots, those
-    whose id no pending intent names and no stranded commit holds, taken in turn by attempt
-    number. Deterministic; with nothing in use it is `attempt % slots`, and attempts that read the
-    same log get distinct slots as long as they are fewer than the free slots (concurrent
-    attempts of one partition never fence each other). None: no slot is free."""
-    free = [s for s in range(slots) if transactional_id(prefix, task_partition, s) not in in_use]
-    return free[attempt % len(free)] if free else None
 
 
 # ---- commit: what to do with a batch's handles --------------------------------------------------
@@ -401,12 +438,63 @@ def batch_outcome(fates: Mapping[str, Verdict]) -> BatchOutcome:
     return BatchOutcome.PARTIAL
 
 
+# ---- stranded commits: one committed handle whose partitions are still held open (stranded.py)
+
+
+class StrandedFate(enum.Enum):
+    SETTLED = "settled"  # no span of the handle holds a partition back
+    WAIT = "wait"  # the markers may still be on their way: ask again (bounded)
+    RELEASE = "release"  # the coordinator is done, the partitions are not: release them
+    LIVE_WRITER = "live_writer"  # the id is open again with a newer epoch: never touched
+    CANNOT = "cannot"  # this id cannot end it (another producer id, unknown id, contradiction)
+
+
+@dataclass(frozen=True)
+class StrandedVerdict:
+    fate: StrandedFate
+    reason: str = ""
+
+
+def judge(handle: Handle, desc: TransactionDescription | None,
+          stuck: Sequence[PartitionSpan], unreadable: Sequence[str] = ()) -> StrandedVerdict:
+    """What to do with a committed handle whose `stuck` spans are still held open by its own
+    producer id, given what the coordinator says of its transactional id now. `unreadable`
+    (spans that may be held open but could not be read, with why) is never settled."""
+    if unreadable:
+        return StrandedVerdict(StrandedFate.WAIT, "cannot tell whether it holds partitions open: "
+                               + "; ".join(unreadable))
+    if not stuck:
+        return StrandedVerdict(StrandedFate.SETTLED)
+    where = ", ".join(f"{s.topic}[{s.partition}]@{s.first_offset}" for s in stuck)
+    if desc is None or desc.state is S.UNKNOWN_ID:
+        return StrandedVerdict(StrandedFate.CANNOT, f"{where} held open, and the coordinator no "
+                               "longer knows the id (a new one would get another producer id)")
+    if desc.producer_id != handle.producer_id:
+        return StrandedVerdict(StrandedFate.CANNOT, f"{where} held open by producer id "
+                               f"{handle.producer_id}, but the id now has producer id "
+                               f"{desc.producer_id}, whose markers cannot end it")
+    newer = desc.producer_epoch > handle.epoch
+    if desc.producer_epoch < handle.epoch:
+        return StrandedVerdict(StrandedFate.CANNOT, f"the coordinator's epoch "
+                               f"{desc.producer_epoch} is below the committed {handle.epoch}")
+    if desc.state is S.ONGOING:
+        if newer:
+            return StrandedVerdict(StrandedFate.LIVE_WRITER, f"{where} held open, but the id is "
+                                   f"Ongoing with epoch {desc.producer_epoch}: a live writer")
+        return StrandedVerdict(StrandedFate.CANNOT, "the coordinator shows the committed "
+                               "transaction still Ongoing")
+    if desc.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT, S.PREPARE_EPOCH_FENCE):
+        return StrandedVerdict(StrandedFate.WAIT, f"{desc.state.value}: markers on their way")
+    # CompleteCommit is written only once every marker was acknowledged; a later InitProducerId
+    # (Empty, or a newer transaction ended) waits for that too. So the partitions lost them.
+    if desc.state is S.COMPLETE_COMMIT or (newer and desc.state in (S.EMPTY, S.COMPLETE_ABORT)):
+        return StrandedVerdict(StrandedFate.RELEASE, f"{where} held open while the coordinator "
+                               f"shows {desc.state.value} (epoch {desc.producer_epoch})")
+    return StrandedVerdict(StrandedFate.CANNOT, f"the coordinator shows {desc.state.value} with "
+                           f"epoch {desc.producer_epoch} for a committed transaction")
+
+
 # ---- ids of the pool --------------------------------------------------------------------------
-
-
-def in_pool(prefix: str, transactional_id: str) -> bool:
-    """`{prefix}-{p}-{slot}` exactly (a prefix `q1` must not claim `q10-...`)."""
-    return re.fullmatch(re.escape(prefix) + r"-\d+-\d+", transactional_id) is not None
 
 
 def unnamed_open(prefix: str, open_ids: Iterable[str], protected: Iterable[str]) -> tuple[str, ...]:

@@ -11,7 +11,7 @@ adds the stuck partitions and commits (`ControlClient.release_stranded`): its CO
 the stranded transaction as committed. Recovery looks for this after it settled the intents, over
 the committed batches the log still holds: cheap when nothing is stuck (one read_committed
 ListOffsets per leader), exact when something is (DescribeProducers names whose open transaction
-holds a partition back). `judge` is the pure decision; `release_stranded_commits` asks and acts,
+holds a partition back). `decisions.judge` is the pure decision; `release_stranded_commits` asks and acts,
 after a record that names the ids (DESIGN.md section 5).
 
 What the check cannot prove is never taken for settled: a partition whose producer states cannot
@@ -23,16 +23,23 @@ finds them released or settled.
 
 from __future__ import annotations
 
-import enum
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from twopc.control import ControlClient, ReleaseResult, TransactionDescription
-from twopc.control import TxnState as S
+from twopc.control import ControlClient, ReleaseResult
 from twopc.control.errors import error_name
-from twopc.decisions import BatchState, BatchStatus, LogState, TxnKey, txn_key
+from twopc.decisions import (
+    BatchState,
+    BatchStatus,
+    LogState,
+    StrandedFate,
+    StrandedVerdict,
+    TxnKey,
+    judge,
+    txn_key,
+)
 from twopc.handle import Handle, PartitionSpan
 from twopc.records import Released, Stranded
 from twopc.session import Session
@@ -46,59 +53,6 @@ _POLL_S = 0.2
 TopicPartition = tuple[str, int]
 # A partition that no longer exists holds nothing open (its records went with it).
 _GONE = "UNKNOWN_TOPIC_OR_PARTITION"
-
-
-class StrandedFate(enum.Enum):
-    SETTLED = "settled"  # no span of the handle holds a partition back
-    WAIT = "wait"  # the markers may still be on their way: ask again (bounded)
-    RELEASE = "release"  # the coordinator is done, the partitions are not: release them
-    LIVE_WRITER = "live_writer"  # the id is open again with a newer epoch: never touched
-    CANNOT = "cannot"  # this id cannot end it (another producer id, unknown id, contradiction)
-
-
-@dataclass(frozen=True)
-class StrandedVerdict:
-    fate: StrandedFate
-    reason: str = ""
-
-
-def judge(handle: Handle, desc: TransactionDescription | None,
-          stuck: Sequence[PartitionSpan], unreadable: Sequence[str] = ()) -> StrandedVerdict:
-    """What to do with a committed handle whose `stuck` spans are still held open by its own
-    producer id, given what the coordinator says of its transactional id now. `unreadable`
-    (spans that may be held open but could not be read, with why) is never settled."""
-    if unreadable:
-        return StrandedVerdict(StrandedFate.WAIT, "cannot tell whether it holds partitions open: "
-                               + "; ".join(unreadable))
-    if not stuck:
-        return StrandedVerdict(StrandedFate.SETTLED)
-    where = ", ".join(f"{s.topic}[{s.partition}]@{s.first_offset}" for s in stuck)
-    if desc is None or desc.state is S.UNKNOWN_ID:
-        return StrandedVerdict(StrandedFate.CANNOT, f"{where} held open, and the coordinator no "
-                               "longer knows the id (a new one would get another producer id)")
-    if desc.producer_id != handle.producer_id:
-        return StrandedVerdict(StrandedFate.CANNOT, f"{where} held open by producer id "
-                               f"{handle.producer_id}, but the id now has producer id "
-                               f"{desc.producer_id}, whose markers cannot end it")
-    newer = desc.producer_epoch > handle.epoch
-    if desc.producer_epoch < handle.epoch:
-        return StrandedVerdict(StrandedFate.CANNOT, f"the coordinator's epoch "
-                               f"{desc.producer_epoch} is below the committed {handle.epoch}")
-    if desc.state is S.ONGOING:
-        if newer:
-            return StrandedVerdict(StrandedFate.LIVE_WRITER, f"{where} held open, but the id is "
-                                   f"Ongoing with epoch {desc.producer_epoch}: a live writer")
-        return StrandedVerdict(StrandedFate.CANNOT, "the coordinator shows the committed "
-                               "transaction still Ongoing")
-    if desc.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT, S.PREPARE_EPOCH_FENCE):
-        return StrandedVerdict(StrandedFate.WAIT, f"{desc.state.value}: markers on their way")
-    # CompleteCommit is written only once every marker was acknowledged; a later InitProducerId
-    # (Empty, or a newer transaction ended) waits for that too. So the partitions lost them.
-    if desc.state is S.COMPLETE_COMMIT or (newer and desc.state in (S.EMPTY, S.COMPLETE_ABORT)):
-        return StrandedVerdict(StrandedFate.RELEASE, f"{where} held open while the coordinator "
-                               f"shows {desc.state.value} (epoch {desc.producer_epoch})")
-    return StrandedVerdict(StrandedFate.CANNOT, f"the coordinator shows {desc.state.value} with "
-                           f"epoch {desc.producer_epoch} for a committed transaction")
 
 
 def stuck_spans(handle: Handle, lso: Mapping[TopicPartition, int],

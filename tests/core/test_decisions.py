@@ -28,12 +28,10 @@ from twopc.decisions import (
     Fate,
     Verdict,
     batch_outcome,
-    choose_slot,
     combine_spans,
     fate_of_end_txn,
     fate_of_log_check,
     fold,
-    in_pool,
     job_state,
     pass1,
     plan_abort,
@@ -45,7 +43,7 @@ from twopc.decisions import (
 )
 from twopc.errors import InconsistentLog
 from twopc.handle import Handle
-from twopc.pool import transactional_id
+from twopc.pool import choose_slot, in_pool, transactional_id
 from twopc.records import (
     Aborted,
     Committed,

@@ -23,13 +23,13 @@ from twopc.testing.offsets import stable_group_offsets
 pytestmark = pytest.mark.integration
 
 # Long enough that the broker's timeout never fences a orphan during a test: only twopc can.
-LOSER_TIMEOUT_MS = 120_000
+ORPHAN_TIMEOUT_MS = 120_000
 
 
 def _orphan(scenario: Scenario, batch: str) -> str:
     """An attempt of Spark partition 1 that pre-committed and lost (attempt 1: slot 1)."""
     [orphan] = scenario.write(batch, [scenario.txn(batch, 1, attempt=1, tag="-orphan")],
-                             timeout_ms=LOSER_TIMEOUT_MS)
+                             timeout_ms=ORPHAN_TIMEOUT_MS)
     assert orphan.handle is not None
     return orphan.handle.transactional_id
 

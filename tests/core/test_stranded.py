@@ -15,15 +15,13 @@ from tests.broker.test_restart_mid_commit import _stranded_commit
 from twopc.audit import audit_topic, wait_until_stable
 from twopc.control import ControlClient, TransactionDescription, TxnState
 from twopc.coordinator import Coordinator
-from twopc.decisions import BatchState, BatchStatus, fold
+from twopc.decisions import BatchState, BatchStatus, StrandedFate, fold, judge
 from twopc.handle import Handle, PartitionSpan
 from twopc.records import Committed, LogRecord, Prepared, Released, Stranded, from_body, to_body
 from twopc.session import Session
 from twopc.stranded import (
-    StrandedFate,
     committed_handles,
     hold_changes,
-    judge,
     stuck_spans,
     to_check,
     unreadable_spans,

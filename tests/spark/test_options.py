@@ -90,7 +90,7 @@ def test_storage_options_from_json_and_prefixed_keys() -> None:
 
 @given(st.integers(min_value=2, max_value=64))
 def test_slots_per_partition(slots: int) -> None:
-    # Which slot a task takes: decisions.choose_slot (tests/core/test_decisions.py).
+    # Which slot a task takes: pool.choose_slot (tests/core/test_decisions.py).
     config = parse_options({**BASE, "twopc.slotsPerPartition": str(slots)}, streaming=True)
     assert config.slots == slots
 

@@ -24,10 +24,11 @@ from twopc.cli._common import (
 )
 from twopc.cli._output import emit_json, fail
 from twopc.control import ControlClient, ControlError, TransactionDescription, TxnState
-from twopc.decisions import BatchState, BatchStatus, LogState, in_pool, pass1
+from twopc.decisions import BatchState, BatchStatus, LogState, pass1
 from twopc.errors import InconsistentLog, TwopcError
 from twopc.guards import coordinator_now
 from twopc.handle import Handle
+from twopc.pool import in_pool
 from twopc.session import LogView
 from twopc.source_offsets import SourceOffsets
 
