@@ -1,7 +1,7 @@
 """Checkpoint log benchmark: append latency with fsync, and last() on a short vs a long log.
 
 Run on its own: ``python benchmarks/bench_checkpoint.py [--appends N] [--long N] [--dir PATH]``.
-Goals (DESIGN.md / issue 4): one append with fsync on the local filesystem under 5 ms; reading
+Goals (docs/design.md / issue 4): one append with fsync on the local filesystem under 5 ms; reading
 the latest record after 10,000 appends with purges as fast as after 10. Prints a table; asserts
 nothing about timings.
 """

@@ -9,7 +9,7 @@ Without --bootstrap-servers it starts its own single broker (twopc.broker) and s
 - `coordinator_commit`: each round pre-commits N transactions with twopc's own writer
   (`write_partition`, N Spark partitions of a few records over an 8-partition topic), then times
   `Coordinator.commit(batch, results)` (the writer's dropped producers garbage-collected first, as
-  they live in executors on Spark) on a local checkpoint log: every step of DESIGN.md section
+  they live in executors on Spark) on a local checkpoint log: every step of docs/design.md section
   2's driver (the guard's DescribeTransactions, the fsynced intent, EndTxn, ListTransactions for
   losing attempts, the `committed` record, the check that the commit markers landed, the purge),
   with the time of each step (`phases_ms`, p50 over rounds) and the driver process's CPU time

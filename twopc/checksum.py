@@ -1,6 +1,6 @@
 """The order-insensitive checksum of the records one transaction wrote: a multiset hash. Pure.
 
-Recovery uses it to prove that a re-run wrote the same records as the run it replaces (DESIGN.md
+Recovery uses it to prove that a re-run wrote the same records as the run it replaces (docs/design.md
 section 4); a re-run may deliver the same rows in another order, and keyless rows may land in other
 Kafka partitions, so the checksum covers (topic, key, value, headers) of each record and nothing
 about order, partition, offset or timestamp.

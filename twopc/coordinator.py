@@ -1,4 +1,4 @@
-"""The driver side of the two-phase commit (DESIGN.md section 2, "Driver"; sections 4 and 5).
+"""The driver side of the two-phase commit (docs/design.md section 2, "Driver"; sections 4 and 5).
 
 A Coordinator keeps no state between calls: PySpark runs each commit() and abort() in a fresh
 process, so each call reads the checkpoint log, decides (decisions.py), and appends at exactly the
@@ -148,7 +148,7 @@ class Coordinator:
     def task_slot(self, batch: str, task_partition: int, attempt: int, slots: int) -> int | None:
         """Read-only, for an executor's task: None if `batch` is committed (write nothing), else
         the pool slot of the id to write with, one that no pending intent names and no stranded
-        commit holds (pool.choose_slot; DESIGN.md section 5). NoFreeSlot if none is free."""
+        commit holds (pool.choose_slot; docs/design.md section 5). NoFreeSlot if none is free."""
         committed, state = self._read_for_task(batch)
         if committed:
             return None
@@ -449,7 +449,7 @@ class Coordinator:
     def _open_orphans(self, session: Session, ids: Collection[str],
                      listed: Sequence[TransactionListing] | None = None) -> tuple[str, ...]:
         """The pool's open ids that no pending intent names and `ids` (the batch's) do not: the
-        losing attempts a `committed` record names (DESIGN.md section 2, driver step 5).
+        losing attempts a `committed` record names (docs/design.md section 2, driver step 5).
         `listed`: the pool's open transactions if already asked (else asked here)."""
         open_ids = listed if listed is not None else self.control.list_transactions(
             self.prefix, states=[TxnState.ONGOING])

@@ -22,7 +22,7 @@ only fetch the inputs and carry out the answers.
 Verdicts belong to a handle (transactional id, producer id, epoch: `txn_key`), never to a
 transactional id alone: two recorded intents can name one id with different producer epochs (a
 later task re-initialised it), and each keeps its own outcome. An id is in use, and no task
-takes it (DESIGN.md section 5: reused only once its transaction is resolved and recorded), while
+takes it (docs/design.md section 5: reused only once its transaction is resolved and recorded), while
 a pending intent names it or a stranded commit holds it (`LogState.in_use`).
 """
 
@@ -370,7 +370,7 @@ class Verdict:
 
 
 def pass1(handle: Handle, desc: TransactionDescription | None) -> Verdict:
-    """The table of DESIGN.md section 4, pass 1: what the coordinator proves."""
+    """The table of docs/design.md section 4, pass 1: what the coordinator proves."""
     if desc is None or desc.state is S.UNKNOWN_ID:
         return Verdict(Fate.UNDECIDED, "the coordinator does not know the transactional id")
     if not desc.holds(handle.producer_id, handle.epoch):
@@ -505,7 +505,7 @@ def unnamed_open(prefix: str, open_ids: Iterable[str], protected: Iterable[str])
 
 # ---- batch jobs and the purge -----------------------------------------------------------------
 #
-# A batch job's id is a batch of the log (DESIGN.md section 5): once its records are purged, only
+# A batch job's id is a batch of the log (docs/design.md section 5): once its records are purged, only
 # the log's index can say that the job committed, and a re-run of a committed job must write nothing.
 # So the purge itself puts every committed job whose records it removes into the index first: no
 # path that commits a job (a fresh commit, a roll-forward by recovery, abort() or a retried commit,

@@ -161,7 +161,7 @@ class FenceFailed(TwopcError):
 
 
 class NoFreeSlot(TwopcError):
-    """Every transactional id of a Spark partition's pool is held (DESIGN.md section 5: an id is
+    """Every transactional id of a Spark partition's pool is held (docs/design.md section 5: an id is
     reused only after its previous transaction is resolved and recorded)."""
 
     def __init__(self, task_partition: int, slots: int, holders: dict[str, str]) -> None:

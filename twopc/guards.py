@@ -1,4 +1,4 @@
-"""Guards against the timeout-versus-commit data loss (DESIGN.md section 4, guards 1 and 3).
+"""Guards against the timeout-versus-commit data loss (docs/design.md section 4, guards 1 and 3).
 
 The check before the intent is pure (handles, the coordinator's answers, a clock reading); the
 start-time checks ask the cluster and raise UnsupportedBroker with what to change.
@@ -189,7 +189,7 @@ def broker_max_timeout_ms(config: Mapping[str, str]) -> int | None:
 
 def check_at_start(control: ControlClient, config: Mapping[str, str],
                    transaction_timeout_ms: int) -> str:
-    """Guard 1 of DESIGN.md section 4 (broker version, timeout within the broker's maximum)."""
+    """Guard 1 of docs/design.md section 4 (broker version, timeout within the broker's maximum)."""
     found = check_broker(control)
     check_timeout(transaction_timeout_ms, broker_max_timeout_ms(config))
     return found

@@ -3,7 +3,7 @@
 The figures are computed by pure functions from the handles and two clock readings, so that the
 same numbers reach the log (logger ``twopc``, one line each, machine-readable) and, through
 :func:`metrics`, whatever the Spark side publishes (custom metrics, a listener). The oldest
-transaction's age against its timeout is the guard margin of DESIGN.md section 4, guard 5: a
+transaction's age against its timeout is the guard margin of docs/design.md section 4, guard 5: a
 ratio near 1 means the next slow batch loses its transactions to the coordinator's timeout.
 """
 

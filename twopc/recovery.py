@@ -1,4 +1,4 @@
-"""Recovery of recorded intents without outcome (DESIGN.md section 4), in two passes.
+"""Recovery of recorded intents without outcome (docs/design.md section 4), in two passes.
 
 Pass 1 acts on what the coordinator proves: it names, in one record, the open transactions it will
 roll forward (and, when sweeping, the pool's open transactions nothing recorded names), then

@@ -12,7 +12,7 @@ the stranded transaction as committed. Recovery looks for this after it settled 
 the committed batches the log still holds: cheap when nothing is stuck (one read_committed
 ListOffsets per leader), exact when something is (DescribeProducers names whose open transaction
 holds a partition back). `decisions.judge` is the pure decision; `release_stranded_commits` asks and acts,
-after a record that names the ids (DESIGN.md section 5).
+after a record that names the ids (docs/design.md section 5).
 
 What the check cannot prove is never taken for settled: a partition whose producer states cannot
 be read (DescribeProducers refused, no leader) may be held open, and so may one whose release

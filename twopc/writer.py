@@ -1,6 +1,6 @@
 """The executor side: write one task's rows inside one Kafka transaction and pre-commit it.
 
-DESIGN.md section 2, executor steps 2-6. `write_partition` returns a `WriteResult` whose handle lets
+docs/design.md section 2, executor steps 2-6. `write_partition` returns a `WriteResult` whose handle lets
 the driver finish the transaction from another process; the transaction itself is left open.
 
 Rows come as `Row`s, mappings, or `Columns` blocks (value and key columns, from Arrow: no object

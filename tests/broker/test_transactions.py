@@ -1,6 +1,6 @@
 """The foundation's claims about real Kafka transactions, on every broker variant.
 
-These are the facts the whole design rests on (DESIGN.md section 3), checked against the real broker
+These are the facts the whole design rests on (docs/design.md section 3), checked against the real broker
 rather than assumed: a committed transaction is visible to read_committed consumers, an aborted one is
 not, and one left open by a producer that died without close() holds back the last stable offset until
 the coordinator times it out.
@@ -103,7 +103,7 @@ def test_broker_kill_and_restart_keep_committed_data(broker: KafkaUnderTest, top
 
 
 def test_in_process_producer_reports_eos_identity(broker: KafkaUnderTest, topic: str) -> None:
-    """librdkafka's statistics carry the producer id and epoch the core relies on (DESIGN.md 3)."""
+    """librdkafka's statistics carry the producer id and epoch the core relies on (docs/design.md 3)."""
     seen: dict = {}
     p = Producer(
         {

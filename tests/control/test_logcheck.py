@@ -1,4 +1,4 @@
-"""The log check's decision table (DESIGN.md section 4)."""
+"""The log check's decision table (docs/design.md section 4)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 A losing attempt (a speculative or failed task attempt that pre-committed but never reached
 commit()) holds back read_committed consumers of its partitions until its timeout. The fresh commit
-names such open ids of the pool in its `committed` record and fences them (DESIGN.md section 2,
+names such open ids of the pool in its `committed` record and fences them (docs/design.md section 2,
 driver step 5); so must a commit that settles its batch through recovery's passes, and the commit
 of a batch whose partitions all came back empty.
 """

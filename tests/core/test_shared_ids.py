@@ -5,7 +5,7 @@ dies after the intent. If job B's task takes the same id, its InitProducerId abo
 transaction; B commits and its driver dies before its `committed` record. Recovery must then give
 each recorded handle (transactional id, producer id, epoch) its own verdict: A aborted, B
 committed. And a task must not take an id that a pending intent names in the first place
-(DESIGN.md section 5: an id is reused only after its transaction is resolved and recorded).
+(docs/design.md section 5: an id is reused only after its transaction is resolved and recorded).
 """
 
 from __future__ import annotations

@@ -177,13 +177,13 @@ SPECULATION = {
 }
 
 
-def test_a_speculative_copy_wins_and_the_loser_is_fenced(
+def test_a_speculative_copy_wins_and_the_orphan_is_fenced(
     cluster_setup: ClusterSetup, broker: KafkaUnderTest, topic: str, twopc_log: TwopcLog,
     tmp_path: Path
 ) -> None:
     """Attempt 0 of the last partition pre-commits its transaction, then lingers (a pause hook of
     twopc.crashpoints on the executors); Spark launches a speculative attempt 1 on the other host,
-    which wins. The commit must name attempt 0's open transaction a loser and fence it."""
+    which wins. The commit must name attempt 0's open transaction an orphan and fence it."""
     partitions, rows, last = 8, 800, 7
     prefix = "sp"
     cfg = config(broker, topic, twopc_log, prefix, rows=rows, partitions=partitions, job_id="job-spec")
@@ -204,10 +204,11 @@ def test_a_speculative_copy_wins_and_the_loser_is_fenced(
     [prepared] = twopc_log.kinds("prepared")
     assert f"{prefix}-{last}-1" in {h["tid"] for h in prepared["handles"]}
     [committed] = twopc_log.kinds("committed")
+    # Committed.orphans, stored under the body key "losers" (records.py: stored names stay).
     assert committed["losers"] == [f"{prefix}-{last}-0"], committed
     with ControlClient(broker.config()) as control:
-        loser = control.describe_transactions([f"{prefix}-{last}-0"])[f"{prefix}-{last}-0"]
-    assert loser.state is not TxnState.ONGOING, loser
+        orphan = control.describe_transactions([f"{prefix}-{last}-0"])[f"{prefix}-{last}-0"]
+    assert orphan.state is not TxnState.ONGOING, orphan
     assert_exactly_once(broker, topic, [f"{prefix}-{i}" for i in range(rows)])
 
 
@@ -247,10 +248,10 @@ def test_an_executor_killed_mid_write(
     [committed] = twopc_log.kinds("committed")
     [prepared] = twopc_log.kinds("prepared")
     tids = {h["tid"] for h in prepared["handles"]}
-    # The killed attempt's transaction was open and is a loser; its partition committed a retry.
-    for loser in committed["losers"]:
-        assert loser in open_ids and loser not in tids, (loser, open_ids, tids)
-        partition = loser.split("-")[1]
+    # The killed attempt's transaction was open and is an orphan; its partition committed a retry.
+    for orphan in committed["losers"]:
+        assert orphan in open_ids and orphan not in tids, (orphan, open_ids, tids)
+        partition = orphan.split("-")[1]
         assert any(t.startswith(f"{prefix}-{partition}-") and not t.endswith("-0") for t in tids), tids
     assert len(committed["losers"]) == 1, committed
     assert_exactly_once(broker, topic, [f"{prefix}-{i}" for i in range(400)])

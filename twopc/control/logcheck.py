@@ -1,4 +1,4 @@
-"""The exact log check (DESIGN.md section 4): what the log itself says became of a transaction.
+"""The exact log check (docs/design.md section 4): what the log itself says became of a transaction.
 
 Given what one read_committed Fetch at the transaction's first offset returned, decide: committed,
 aborted, not yet stable, or unknown with a reason. Pure: the fetch is done by the client.

@@ -1,7 +1,7 @@
 """What the coordinator said, as typed values, and the pure mapping from EndTxn answers to outcomes.
 
 The client never reports a transaction as lost: every answer that does not prove the outcome is
-UNCONFIRMED, to be settled by the log check (DESIGN.md sections 3 and 4).
+UNCONFIRMED, to be settled by the log check (docs/design.md sections 3 and 4).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 sentences and figures (no I/O), so that the narration is tested without Spark or Kafka.
 
 After the kill, the log shows the batch whose intent has no outcome; after the restart, the records
-appended since the kill are what recovery did (DESIGN.md section 4): RollForward names the
+appended since the kill are what recovery did (docs/design.md section 4): RollForward names the
 transactions it committed, Orphans those it fenced, and an outcome record closes each batch.
 """
 

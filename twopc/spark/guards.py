@@ -1,4 +1,4 @@
-"""Guards at start (DESIGN.md section 4, guard 1), run on the driver before the first task writes.
+"""Guards at start (docs/design.md section 4, guard 1), run on the driver before the first task writes.
 
 The cluster checks are the core's (`twopc.guards.check_at_start`); this adds what only the Spark
 options can tell: a producer setting that librdkafka refuses, and a source that is not rate-limited.

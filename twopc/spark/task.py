@@ -2,7 +2,7 @@
 
 Kept apart from the driver side because it runs in another process (an executor's Python worker)
 and needs none of the driver's guards, recovery or journal: it only reads the log (to skip a batch
-already committed, and to take a free id), and writes (DESIGN.md section 2, executor steps 1-6).
+already committed, and to take a free id), and writes (docs/design.md section 2, executor steps 1-6).
 """
 
 from __future__ import annotations
@@ -33,13 +33,13 @@ def task_write(
     attempt: int,
     known_committed: bool = False,
 ) -> WriteResult:
-    """Executor side, one Spark partition: DESIGN.md section 2, executor steps 1-6."""
+    """Executor side, one Spark partition: docs/design.md section 2, executor steps 1-6."""
     from twopc.writer import write_partition
 
     if known_committed:
         return WriteResult(ResultKind.SKIPPED, batch, task_partition, attempt)
     coordinator = open_coordinator(config, owner, control=False)
-    # An id a pending intent names or a stranded commit holds is not free (DESIGN.md section 5):
+    # An id a pending intent names or a stranded commit holds is not free (docs/design.md section 5):
     # its InitProducerId would end that transaction.
     slot = coordinator.task_slot(batch, task_partition, attempt, config.slots)
     if slot is None:
