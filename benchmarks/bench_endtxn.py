@@ -6,6 +6,9 @@ Without --bootstrap-servers it starts its own single broker (twopc.broker) and s
 - `endtxn_only`, `with_precheck`: each round opens N transactions with real librdkafka producers
   (in this process, each dropped without close() after flush, so no EndTxn is sent), then times
   `ControlClient.end_txns` over all N, without and with the describe pre-check;
+- `librdkafka_commit`: the reference, each round N producers with an open transaction each call
+  `commit_transaction` at once (Kafka's own client, connections already open): the broker's floor
+  for N commits on this machine;
 - `coordinator_commit`: each round pre-commits N transactions with twopc's own writer
   (`write_partition`, N Spark partitions of a few records over an 8-partition topic), then times
   `Coordinator.commit(batch, results)` (the writer's dropped producers garbage-collected first, as
@@ -27,6 +30,7 @@ import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections import defaultdict
@@ -45,10 +49,9 @@ from benchmarks.common import RESULTS_DIR, machine_info, write_results
 from twopc.control import ControlClient, EndTxnRequest
 
 
-def open_transactions(bootstrap: str, topic: str, n: int) -> list[tuple[str, int, int]]:
-    """N open transactions, each from its own transactional producer; returns (id, pid, epoch)."""
-    ids: list[str] = []
-    producers: list[Producer] = []
+def open_producers(bootstrap: str, topic: str, n: int) -> list[tuple[str, Producer]]:
+    """N transactional producers, each with an open transaction holding one flushed record."""
+    out: list[tuple[str, Producer]] = []
     tag = uuid.uuid4().hex[:8]
     for i in range(n):
         tid = f"bench-{tag}-{i}"
@@ -57,8 +60,15 @@ def open_transactions(bootstrap: str, topic: str, n: int) -> list[tuple[str, int
         p.begin_transaction()
         p.produce(topic, value=f"v{i}".encode(), partition=i % 8)
         p.flush(30)
-        producers.append(p)
-        ids.append(tid)
+        out.append((tid, p))
+    return out
+
+
+def open_transactions(bootstrap: str, topic: str, n: int) -> list[tuple[str, int, int]]:
+    """N open transactions, each from its own transactional producer; returns (id, pid, epoch)."""
+    opened = open_producers(bootstrap, topic, n)
+    ids = [tid for tid, _ in opened]
+    producers = [p for _, p in opened]
     with ControlClient({"bootstrap.servers": bootstrap}) as c:
         described = c.describe_transactions(ids)
     # Keep the producers referenced until here: librdkafka's destroy sends no EndTxn, but the
@@ -93,10 +103,37 @@ def run(bootstrap: str, n: int, rounds: int, connections: int = 8) -> dict[str, 
                 if bad:
                     raise SystemExit(f"benchmark commit failed: {bad[:3]}")
             key = "with_precheck" if precheck else "endtxn_only"
-            results[key] = {"p50_ms": round(statistics.median(times), 2),
-                            "p99_ms": round(percentile(times, 0.99), 2),
-                            "max_ms": round(max(times), 2)}
+            results[key] = _summary(times)
+    results["librdkafka_commit"] = _summary(
+        [librdkafka_commits(bootstrap, topic, n) for _ in range(rounds)])
     return results
+
+
+def _summary(times: list[float]) -> dict[str, float]:
+    return {"p50_ms": round(statistics.median(times), 2),
+            "p99_ms": round(percentile(times, 0.99), 2), "max_ms": round(max(times), 2)}
+
+
+def librdkafka_commits(bootstrap: str, topic: str, n: int) -> float:
+    """The reference for the same broker work done by Kafka's own client: N producers, each with
+    an open transaction, call commit_transaction at once (one thread each: confluent-kafka
+    releases the GIL while it waits); milliseconds until the last returned. Each producer has
+    connections of its own, already open, so this is EndTxn's floor on this machine, not a
+    commit path twopc could take (a producer cannot live from a task to the driver)."""
+    producers = [p for _, p in open_producers(bootstrap, topic, n)]
+    ready = threading.Barrier(n + 1)
+
+    def commit(p: Producer) -> None:
+        ready.wait()
+        p.commit_transaction(30)
+
+    with ThreadPoolExecutor(n) as pool:
+        futures = [pool.submit(commit, p) for p in producers]
+        ready.wait()
+        started = time.perf_counter()
+        for f in futures:
+            f.result()
+        return (time.perf_counter() - started) * 1000
 
 
 class _Timed:
