@@ -8,6 +8,7 @@ import os
 import shutil
 import signal
 import socket
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -125,17 +126,35 @@ def _stop(args: argparse.Namespace) -> int:
         return fail(f"no broker started by `twopc broker start` on port {args.port}", 1)
     state = json.loads(state_file.read_text())
     pid = int(state["pid"])
-    for sig, wait_s in ((signal.SIGTERM, 20.0), (signal.SIGKILL, 10.0)):
-        try:
-            os.killpg(pid, sig)
-        except ProcessLookupError:
-            break
-        if wait_for_exit(pid, wait_s):
-            break
+    if _is_our_broker(pid, state["data_dir"]):
+        for sig, wait_s in ((signal.SIGTERM, 20.0), (signal.SIGKILL, 10.0)):
+            try:
+                os.killpg(pid, sig)
+            except ProcessLookupError:
+                break
+            if wait_for_exit(pid, wait_s):
+                break
+        what = f"stopped the broker on port {args.port}"
+    else:
+        # The broker died or the machine restarted since: its pid may now be another process's,
+        # which a signal to its group would kill.
+        what = (f"the broker on port {args.port} was no longer running (pid {pid} is not it); "
+                "nothing was signalled")
     shutil.rmtree(state["data_dir"], ignore_errors=True)
     state_file.unlink()
-    print(f"stopped the broker on port {args.port} and removed {state['data_dir']}")
+    print(f"{what}; removed {state['data_dir']}")
     return 0
+
+
+def _is_our_broker(pid: int, data_dir: str) -> bool:
+    """Whether `pid` is still the broker `twopc broker start` recorded: a Kafka JVM whose
+    command line names a configuration file in its data directory."""
+    try:
+        args = subprocess.run(["ps", "-ww", "-p", str(pid), "-o", "args="], capture_output=True,
+                              text=True, check=False, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return "kafka.Kafka" in args and data_dir in args
 
 
 def _list(args: argparse.Namespace) -> int:
