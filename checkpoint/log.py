@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import uuid
+from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
@@ -36,6 +38,16 @@ from checkpoint.record import Record
 from checkpoint.store import Store, open_store, probe_conditional_create
 
 _log = logging.getLogger(__name__)
+
+# Every driver call reads every kept record afresh (a GET each, docs/design.md section 6), and
+# unpacking them (an intent of 64 handles is tens of kilobytes) was most of a read's CPU. A record
+# file is created once and never rewritten, so a process keeps what it unpacked, keyed by the
+# file's location, and reuses it only for the very bytes it unpacked then (a log removed and
+# started again at the same URL has other bytes: each record carries a nonce). A record read twice
+# therefore shares its body with the earlier read: bodies are read-only. Bounded; a speed-up only.
+_UNPACKED_MAX = 512
+_unpacked: OrderedDict[str, tuple[bytes, Record]] = OrderedDict()
+_unpacked_lock = threading.Lock()
 
 POINTER = "_pointer"
 MARK = "_low_water_mark"
@@ -141,13 +153,23 @@ class Log:
         data = self._store.get(path)
         if data is None:
             return None
-        payload = framing.decode(self._where(path), data)
+        where = self._where(path)
+        with _unpacked_lock:
+            hit = _unpacked.get(where)
+        if hit is not None and hit[0] == data:
+            return hit[1]
+        payload = framing.decode(where, data)
         if payload.get("kind") != "record" or payload.get("seq") != seq:
             raise RecordCorrupt(
-                self._where(path),
-                f"holds {payload.get('kind')} {payload.get('seq')}, not record {seq}",
+                where, f"holds {payload.get('kind')} {payload.get('seq')}, not record {seq}"
             )
-        return Record(seq, _payload_body(self._where(path), payload))
+        record = Record(seq, _payload_body(where, payload))
+        with _unpacked_lock:
+            _unpacked[where] = (data, record)
+            _unpacked.move_to_end(where)
+            while len(_unpacked) > _UNPACKED_MAX:
+                _unpacked.popitem(last=False)
+        return record
 
     def _pointer(self) -> int | None:
         data = self._store.get(POINTER)

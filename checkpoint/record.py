@@ -8,7 +8,9 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Record:
-    """One record of the log: its sequence number and its msgpack-able body."""
+    """One record of the log: its sequence number and its msgpack-able body.
+
+    Read-only: a process that reads the same record file twice gets the same body back."""
 
     seq: int
     body: dict[str, Any]

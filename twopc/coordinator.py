@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Collection, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from checkpoint import KeyExists, Log
@@ -26,6 +27,7 @@ from twopc.control import (
     ControlClient,
     EndTxnOutcome,
     EndTxnRequest,
+    TransactionDescription,
     TransactionListing,
     TxnState,
 )
@@ -182,6 +184,10 @@ class Coordinator:
     def _commit(self, batch: str, results: Sequence[WriteResult | None],
                 offsets: SourceOffsets | None) -> CommitReport:
         handles, skipped = _handles_of(batch, results, allow_failed=False)
+        # Guard 3's DescribeTransactions, sent while the log is read (a read, so asking early
+        # changes nothing; its answer serves only a fresh plan on this first read, below).
+        described = (self.control.start_describe_transactions(
+            [h.transactional_id for h in handles]) if handles else None)
         self.bind()
         session = Session(self.log)
         recovery: RecoveryReport | None = None
@@ -217,7 +223,9 @@ class Coordinator:
             if plan.action is CommitAction.REPAIR and not needs_offsets(
                     state.offsets, (h.transactional_id for h in state.committed.values())):
                 offsets = None  # the visible part carried them
-            report = self._commit_fresh(session, batch, plan.to_commit, offsets)
+            early = (described if plan.action is CommitAction.FRESH and recovery is None
+                     else None)
+            report = self._commit_fresh(session, batch, plan.to_commit, offsets, early)
             report.duplicates = dups
             report.recovery = recovery
             if plan.action is CommitAction.REPAIR:
@@ -317,16 +325,23 @@ class Coordinator:
     # ---- the commit path ----------------------------------------------------------------------
 
     def _commit_fresh(self, session: Session, batch: str, handles: Sequence[Handle],
-                      offsets: SourceOffsets | None = None) -> CommitReport:
+                      offsets: SourceOffsets | None = None,
+                      described: Future[dict[str, TransactionDescription]] | None = None
+                      ) -> CommitReport:
+        """Commit `handles` (docs/design.md section 2, steps 2-7); `described`: guard 3's
+        DescribeTransactions of these handles, if already sent."""
         if not handles and offsets is not None:
             return self._commit_offsets_only(session, batch, offsets)
         if not handles:
             return self._commit_empty(session, batch, None)
         ids = [h.transactional_id for h in handles]
+        descriptions = (described.result() if described is not None
+                        else self.control.describe_transactions(ids))
+        # The clock is read after the answer: the later the reading, the less time the guard
+        # counts as left.
         now_ms = self.clock_ms()
         warn_clock_outliers(handles, now_ms)
-        failed = check_before_intent(handles, self.control.describe_transactions(ids), now_ms,
-                                     self.margin_ms)
+        failed = check_before_intent(handles, descriptions, now_ms, self.margin_ms)
         if failed:
             reason = "; ".join(f"{t}: {why}" for t, why in sorted(failed.items()))
             self._fence_recorded(session, Aborted(batch, tuple(handles), reason[:2000], None))

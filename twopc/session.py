@@ -44,7 +44,12 @@ def decode_record(url: str, seq: int, body: dict[str, Any]) -> LogRecord:
     key = (url, seq)
     with _decoded_lock:
         hit = _decoded.get(key)
+    if hit is not None and hit[0] is body:  # the log handed back the body it unpacked before
+        return hit[1]
     if hit is not None and hit[0] == body:
+        # Equal, not the same object (this process appended the record: it kept the body it
+        # wrote): keep the log's, so that the next read of it is an identity check too.
+        _remember(key, body, hit[1])
         return hit[1]
     record = from_body(body)
     _remember(key, body, record)

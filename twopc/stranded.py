@@ -108,6 +108,8 @@ def hold_changes(state: LogState, checked: Iterable[Handle],
     (batch, reason): held from now on. An id held before is cleared once the check looked at every
     visible handle on it (`checked`) and found none left open.
     """
+    if not unreleased and not state.stranded:
+        return None  # nothing held before, nothing found: the usual case after a commit
     looked = {txn_key(h) for h in checked}
     visible = committed_handles(state.batches.values())
     held = tuple(sorted((b, t, why) for t, (b, why) in unreleased.items()

@@ -203,6 +203,27 @@ def test_corrupt_record_on_storage_is_reported_with_its_path(target: Target) -> 
         list(log.since(-1))
 
 
+def test_a_record_read_before_is_read_again_from_its_bytes(target: Target) -> None:
+    # A process keeps what it unpacked (a speed-up): it must never stand in for other bytes.
+    _fill(target, 3)
+    assert target.open().read(1).body == {"n": 1}
+    raw = bytearray(target.read_raw(record_path(1)) or b"")
+    raw[-1] ^= 0xFF
+    target.write_raw(record_path(1), bytes(raw))
+    with pytest.raises(RecordCorrupt):
+        target.open().read(1)
+
+
+def test_a_log_started_again_at_the_same_url_reads_its_own_records(target: Target) -> None:
+    _fill(target, 2)
+    assert [r.body for r in target.open().records()] == [{"n": 0}, {"n": 1}]
+    for key in (record_path(0), record_path(1), POINTER):
+        target.delete_raw(key)
+    log = target.open()
+    log.append(0, {"n": "again"})
+    assert [r.body for r in target.open().records()] == [{"n": "again"}]
+
+
 def test_torn_record_is_corrupt(target: Target) -> None:
     _fill(target, 2)
     raw = target.read_raw(record_path(1)) or b""

@@ -184,7 +184,13 @@ class ControlClient:
     # --- describe and list ---------------------------------------------------------------
 
     def describe_transactions(self, ids: Sequence[str]) -> dict[str, TransactionDescription]:
-        return self._call(self._describe(list(dict.fromkeys(ids))))
+        return self.start_describe_transactions(ids).result()
+
+    def start_describe_transactions(self, ids: Sequence[str]
+                                    ) -> Future[dict[str, TransactionDescription]]:
+        """`describe_transactions`, sent now and answered through the returned future (a read:
+        a caller may start it before it knows it needs the answer)."""
+        return self._start(self._describe(list(dict.fromkeys(ids))))
 
     async def _describe(self, ids: list[str]) -> dict[str, TransactionDescription]:
         out: dict[str, TransactionDescription] = {}
