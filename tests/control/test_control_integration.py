@@ -5,6 +5,7 @@ Each producer runs in its own process and leaves with os._exit after flush (no c
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Iterator
 
@@ -236,3 +237,19 @@ def test_coordinators_and_leaders_name_the_brokers_clients_use(broker: KafkaUnde
     with pytest.raises(KafkaApiError, match="UNKNOWN_TOPIC_OR_PARTITION"):
         client.leaders([(topic, 99)])
     assert end(client, txn, False) is OutcomeKind.ABORTED
+
+
+def test_requests_started_together_on_a_new_client_leave_no_connection_behind(
+        broker: KafkaUnderTest) -> None:
+    # Each of them looks for a broker before any is known: each may open a bootstrap connection.
+    # close() must close every connection the client opened (no reader left pending, no socket).
+    client = ControlClient(broker.config())
+    loop = client._loop
+    try:
+        futures = [client.start_describe_transactions([f"no-such-id-{i}"]) for i in range(8)]
+        for f in futures:
+            f.result(30)
+    finally:
+        client.close()
+    left = [t for t in asyncio.all_tasks(loop) if not t.done()]
+    assert not left, f"tasks still pending after close(): {left}"

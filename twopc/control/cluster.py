@@ -84,6 +84,13 @@ class Cluster:
             except BrokerConnectionError as exc:
                 errors.append(str(exc))
                 continue
+            if self._bootstrap is not None and self._bootstrap.alive:
+                # Another request of this client connected meanwhile (both started with no
+                # broker known): keep one, so that close() closes every connection it opened.
+                await conn.close()
+                return self._bootstrap
+            if self._bootstrap is not None:
+                await self._bootstrap.close()
             self._bootstrap = conn
             return conn
         raise BrokerConnectionError("no bootstrap broker reachable: " + "; ".join(errors))
