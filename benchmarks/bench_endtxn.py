@@ -243,6 +243,8 @@ def run_commit(bootstrap: str, n: int, rounds: int, connections: int = 8,
             "main_thread_cpu_ms_p50": round(statistics.median(main_cpus), 2),
             "phases_ms": {k: round(statistics.median(ph.get(k, 0.0) for ph in phases), 2)
                           for k in names},
+            "phases_p99_ms": {k: round(percentile([ph.get(k, 0.0) for ph in phases], 0.99), 2)
+                              for k in names},
             "owner_kind": owner_kind, "audit": audit.summary()}
 
 
