@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -14,6 +13,8 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from twopc.testing.drivers import SessionLeader
 
 DRIVER = Path(__file__).with_name("spark_driver.py")
 
@@ -36,11 +37,11 @@ def run_driver(mode: str, cfg: dict[str, Any], env: dict[str, str] | None = None
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, **(env or {})}, start_new_session=True,
     )
+    leader = SessionLeader.of(proc)
     try:
         out, err = proc.communicate(timeout=timeout_s)
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        leader.kill()
         if proc.returncode is None:
             proc.wait()
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
@@ -62,6 +63,7 @@ class BackgroundDriver:
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env={**os.environ, **env}, start_new_session=True,
         )
+        self.leader = SessionLeader.of(self.proc)
         self._out: list[str] = []
         self._err: list[str] = []
         self._readers = [threading.Thread(target=_collect, args=(stream, into), daemon=True)
@@ -91,8 +93,7 @@ class BackgroundDriver:
                                            self.stderr)
 
     def kill(self) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.leader.kill()
         self.proc.wait()
 
 

@@ -15,8 +15,9 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 _last_mtime_ns = 0
 
@@ -46,8 +47,52 @@ def write_json_files(directory: Path, files: int, per_file: int, tag: str, first
     return ids
 
 
+def start_time(pid: int) -> int | None:
+    """When process `pid` started (clock ticks after boot, /proc/<pid>/stat field 22); None if no
+    process has that number."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])  # fields after the command name start at 3
+
+
+@dataclass(frozen=True)
+class SessionLeader:
+    """A child started as the leader of a new session (and group), remembered by number and start
+    time: the number alone can name another process once ours have all ended.
+
+    While any process of the session or group lives, the kernel keeps the number reserved; once
+    all have ended and the leader was reaped, a new process can get it, and with it a session of
+    its own (a Kafka broker started by another test, say). `kill` signals nothing then."""
+
+    pid: int
+    started: int | None
+
+    @classmethod
+    def of(cls, proc: subprocess.Popen[Any]) -> SessionLeader:
+        """Right after Popen: the child cannot have been reaped yet."""
+        return cls(proc.pid, start_time(proc.pid))
+
+    def reused(self) -> bool:
+        """The number belongs to another process now: nothing of ours is left to kill."""
+        now = start_time(self.pid)
+        return now is not None and now != self.started
+
+    def kill(self) -> int:
+        """SIGKILL every process of the session and of the group; how many were signalled."""
+        if self.reused():
+            return 0
+        killed = kill_session(self.pid)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.pid, signal.SIGKILL)
+        return killed
+
+
 def kill_session(session_id: int) -> int:
-    """SIGKILL every process of session `session_id`; returns how many were signalled."""
+    """SIGKILL every process of session `session_id`; returns how many were signalled. Prefer
+    `SessionLeader.kill`, which first makes sure the number is still ours."""
     killed = 0
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -75,6 +120,7 @@ class DriverProcess:
             list(argv), stdout=subprocess.PIPE, stderr=self._stderr, text=True,
             env={**os.environ, **(env or {})}, start_new_session=True,
         )
+        self.leader = SessionLeader.of(self.proc)
 
     def lines(self) -> Iterator[str]:
         """The child's stdout, line by line, until it closes (the child exited or was killed)."""
@@ -86,9 +132,7 @@ class DriverProcess:
         return self.proc.wait(timeout_s)
 
     def close(self) -> None:
-        kill_session(self.proc.pid)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.leader.kill()
         if self.proc.returncode is None:
             self.proc.wait()
         if self.proc.stdout is not None:

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from twopc.testing.drivers import kill_session
+from twopc.testing.drivers import SessionLeader
 
 EXECUTOR_CLASS = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
 # Every JVM here is short-lived and small: the C1 compiler alone and the serial collector halve the
@@ -76,6 +76,7 @@ class _Daemon:
     proc: subprocess.Popen[bytes]
     log_path: Path
     log: IO[bytes]
+    leader: SessionLeader
 
 
 class SparkCluster:
@@ -125,7 +126,7 @@ class SparkCluster:
             [str(self.home / "bin" / "spark-class"), *argv], stdout=log, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, env=self._env(local_ip), start_new_session=True,
         )
-        self._daemons.append(_Daemon(name, proc, log_path, log))
+        self._daemons.append(_Daemon(name, proc, log_path, log, SessionLeader.of(proc)))
 
     def start(self, timeout_s: float = 240) -> SparkCluster:
         """Start the master, then the workers; return once the master counts every worker alive.
@@ -164,9 +165,7 @@ class SparkCluster:
     def stop(self) -> None:
         """SIGKILL each daemon's session: the daemon, its executors and their Python workers."""
         for daemon in self._daemons:
-            kill_session(daemon.proc.pid)
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(daemon.proc.pid, signal.SIGKILL)
+            daemon.leader.kill()
         for daemon in self._daemons:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 daemon.proc.wait(30)
