@@ -133,7 +133,9 @@ def test_streaming_on_the_cluster_is_exactly_once(
     assert_exactly_once(broker, topic, ids)
     assert len(twopc_log.kinds("committed")) == FILES  # one micro-batch per file
     # The tasks ran on both executors, each a JVM of its own under a worker.
-    assert len(executors_of(job)) == 2, executors_of(job)
+    # (Seen once with every task on executor 0, exactly once all the same, 2026-11-25: the
+    # driver's log says why next time.)
+    assert len(executors_of(job)) == 2, (executors_of(job), job.proc.errors())
 
 
 @slow
