@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import uuid
-from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
@@ -34,6 +32,7 @@ from checkpoint.errors import (
     RecordMissing,
     RecordPurged,
 )
+from checkpoint.memo import Memo
 from checkpoint.record import Record
 from checkpoint.store import Store, open_store, probe_conditional_create
 
@@ -45,9 +44,7 @@ _log = logging.getLogger(__name__)
 # file's location, and reuses it only for the very bytes it unpacked then (a log removed and
 # started again at the same URL has other bytes: each record carries a nonce). A record read twice
 # therefore shares its body with the earlier read: bodies are read-only. Bounded; a speed-up only.
-_UNPACKED_MAX = 512
-_unpacked: OrderedDict[str, tuple[bytes, Record]] = OrderedDict()
-_unpacked_lock = threading.Lock()
+_unpacked: Memo[str, tuple[bytes, Record]] = Memo(512)
 
 POINTER = "_pointer"
 MARK = "_low_water_mark"
@@ -154,8 +151,7 @@ class Log:
         if data is None:
             return None
         where = self._where(path)
-        with _unpacked_lock:
-            hit = _unpacked.get(where)
+        hit = _unpacked.get(where)
         if hit is not None and hit[0] == data:
             return hit[1]
         payload = framing.decode(where, data)
@@ -164,11 +160,7 @@ class Log:
                 where, f"holds {payload.get('kind')} {payload.get('seq')}, not record {seq}"
             )
         record = Record(seq, _payload_body(where, payload))
-        with _unpacked_lock:
-            _unpacked[where] = (data, record)
-            _unpacked.move_to_end(where)
-            while len(_unpacked) > _UNPACKED_MAX:
-                _unpacked.popitem(last=False)
+        _unpacked.put(where, (data, record))
         return record
 
     def _pointer(self) -> int | None:

@@ -9,12 +9,11 @@ never appends (`twopc status`, `twopc recover`'s report): one decoding of the re
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
 from checkpoint import KeyExists, Log, RecordExists
+from checkpoint.memo import Memo
 from twopc.decisions import LogState, fold
 from twopc.errors import InconsistentLog, LogOwnershipLost, QueryMismatch
 from twopc.records import (
@@ -34,34 +33,24 @@ BINDING_KEY = "binding"
 # commit's own CPU. A record never changes once created at its number, so a process keeps what it
 # decoded, keyed by log and number, and reuses it only for a body equal to the one read now (a log
 # deleted and started again at the same URL has other bodies). Bounded; only a speed-up.
-_DECODED_MAX = 256  # records of all logs this process reads; a log keeps ~3 per retained batch
-_decoded: OrderedDict[tuple[str, int], tuple[dict[str, Any], LogRecord]] = OrderedDict()
-_decoded_lock = threading.Lock()
+# 256 records of all logs this process reads; a log keeps ~3 per retained batch.
+_decoded: Memo[tuple[str, int], tuple[dict[str, Any], LogRecord]] = Memo(256)
 
 
 def decode_record(url: str, seq: int, body: dict[str, Any]) -> LogRecord:
     """`from_body(body)`, reusing this process's earlier decoding of the same record."""
     key = (url, seq)
-    with _decoded_lock:
-        hit = _decoded.get(key)
+    hit = _decoded.get(key)
     if hit is not None and hit[0] is body:  # the log handed back the body it unpacked before
         return hit[1]
     if hit is not None and hit[0] == body:
         # Equal, not the same object (this process appended the record: it kept the body it
         # wrote): keep the log's, so that the next read of it is an identity check too.
-        _remember(key, body, hit[1])
+        _decoded.put(key, (body, hit[1]))
         return hit[1]
     record = from_body(body)
-    _remember(key, body, record)
+    _decoded.put(key, (body, record))
     return record
-
-
-def _remember(key: tuple[str, int], body: dict[str, Any], record: LogRecord) -> None:
-    with _decoded_lock:
-        _decoded[key] = (body, record)
-        _decoded.move_to_end(key)
-        while len(_decoded) > _DECODED_MAX:
-            _decoded.popitem(last=False)
 
 
 def read_records(log: Log) -> tuple[int, list[tuple[int, LogRecord]]]:
@@ -143,7 +132,7 @@ class Session:
             raise LogOwnershipLost(self.log.url, seq) from exc
         # The record at `seq` is this body now: the next call of this process that reads it back
         # (an intent of 64 handles, on every commit) finds it decoded.
-        _remember((self.log.url, seq), body, record)
+        _decoded.put((self.log.url, seq), (body, record))
         self._records.append((seq, record))
         self.state = fold([(seq, record)], self.log.url, self._start, after=self.state)
         self.appended += 1
