@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+from twopc.audit import partition_offsets
 from twopc.control import ControlClient, LogCheckResult, LogOutcome
 
 
@@ -50,16 +51,19 @@ def open_txn(bootstrap: str, topic: str, *, count: int = 20, end: str = "open",
 def read_committed(bootstrap: str, topic: str, timeout_s: float = 30.0) -> list[str]:
     """Every value a read_committed consumer sees in `topic`, reading each partition to its high
     watermark: EndTxn returns before the coordinator's markers are written, so stopping at the
-    first end-of-partition (the last stable offset) could miss records that are committed."""
+    first end-of-partition (the last stable offset) could miss records that are committed.
+
+    The high watermark is asked at read_uncommitted: a read_committed consumer's
+    get_watermark_offsets answers the last stable offset, which is where the markers are missing.
+    """
+    ends = {p: hw for p, (_, hw) in partition_offsets({"bootstrap.servers": bootstrap},
+                                                      topic).items()}
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex}",
                   "isolation.level": "read_committed", "auto.offset.reset": "earliest",
                   "enable.partition.eof": True, "enable.auto.commit": False})
     try:
-        md = c.list_topics(topic, timeout=10)
-        tps = [TopicPartition(topic, p, 0) for p in md.topics[topic].partitions]
-        c.assign(tps)
-        ends = {tp.partition: c.get_watermark_offsets(tp, timeout=10)[1] for tp in tps}
-        position = {tp.partition: 0 for tp in tps}
+        c.assign([TopicPartition(topic, p, 0) for p in ends])
+        position = {p: 0 for p in ends}
         values: list[str] = []
         deadline = time.monotonic() + timeout_s
         while any(position[p] < ends[p] for p in ends) and time.monotonic() < deadline:
