@@ -167,6 +167,11 @@ def submit(setup: ClusterSetup, mode: str, cfg: Mapping[str, Any], workdir: Path
         # Schedule the first tasks only once both executors are up: each gets tasks of every job.
         "spark.scheduler.minRegisteredResourcesRatio": "1.0",
         "spark.scheduler.maxRegisteredResourcesWaitingTime": f"{RUN_LIMIT_S:.0f}s",
+        # A shuffle's reduce tasks prefer the executor holding its map output and wait for it up to
+        # spark.locality.wait (3 s): the streaming job's one map task per micro-batch then drew all
+        # four short reduce tasks onto one 1-core executor (seen in CI, 2026-11-25). Any free
+        # executor now takes a task at once, as on a cluster with more cores than tasks.
+        "spark.locality.wait": "0s",
         "spark.pyspark.python": str(setup.python),
         "spark.pyspark.driver.python": str(setup.python),
         "spark.eventLog.enabled": "true",

@@ -132,9 +132,9 @@ def test_streaming_on_the_cluster_is_exactly_once(
     job.assert_succeeded()
     assert_exactly_once(broker, topic, ids)
     assert len(twopc_log.kinds("committed")) == FILES  # one micro-batch per file
-    # The tasks ran on both executors, each a JVM of its own under a worker.
-    # (Seen once with every task on executor 0, exactly once all the same, 2026-11-25: the
-    # driver's log says why next time.)
+    # The tasks ran on both executors, each a JVM of its own under a worker (submit() sets
+    # spark.locality.wait to 0: the reduce tasks of a one-file micro-batch otherwise wait for the
+    # executor that ran its one map task).
     assert len(executors_of(job)) == 2, (executors_of(job), job.proc.errors())
 
 
