@@ -221,6 +221,22 @@ def test_many_commits_in_parallel(broker: KafkaUnderTest, topic: str,
     assert len(read_committed(broker.bootstrap_servers, topic)) == 8 * 3
 
 
+@pytest.mark.all_variants
+def test_wait_stable_answers_once_the_markers_landed_and_bounds_its_wait(
+        broker: KafkaUnderTest, topic: str, client: ControlClient) -> None:
+    txn = open_txn(broker.bootstrap_servers, topic, count=3)
+    past = {(topic, p): first for p, (first, _) in txn.offsets.items()}
+    try:
+        # Held by the open transaction: what the client last saw, after the window it was given.
+        held = client.wait_stable(past, 0.05)
+        assert all(held[tp] <= first for tp, first in past.items()), held
+    finally:
+        assert end(client, txn, commit=True) is OutcomeKind.COMMITTED
+    # Asked right after the EndTxn answer, while the markers may still be on their way.
+    landed = client.wait_stable(past, 30.0)
+    assert all(landed[tp] > first for tp, first in past.items()), landed
+
+
 def test_the_reader_does_not_stop_before_records_still_in_a_transaction(
         broker: KafkaUnderTest, topic: str, client: ControlClient) -> None:
     # The tests' reader must not count a topic as read while a transaction in it is open: after a

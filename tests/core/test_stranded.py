@@ -20,6 +20,7 @@ from twopc.handle import Handle, PartitionSpan
 from twopc.records import Committed, LogRecord, Prepared, Released, Stranded, from_body, to_body
 from twopc.session import Session
 from twopc.stranded import (
+    _latest_first_offsets,
     committed_handles,
     hold_changes,
     stuck_spans,
@@ -138,6 +139,17 @@ def test_committed_handles_takes_the_visible_handles() -> None:
               BatchState("3", BatchStatus.PREPARED, intent=(a,)),
               BatchState("4", BatchStatus.ABORTED)]
     assert committed_handles(states) == [("1", a), ("2", b)]
+
+
+def test_latest_first_offsets_are_those_of_the_batch_handles_given() -> None:
+    a = _handle((PartitionSpan("t", 0, 10, None, 5), PartitionSpan("t", 1, 7, None, 1)), "q-0-0")
+    b = _handle((PartitionSpan("t", 0, 30, None, 2),), "q-1-0")
+    one = BatchState("1", BatchStatus.COMMITTED, 0, 1, intent_seq=0, committed={0: a, 1: b})
+    assert _latest_first_offsets(one) == {("t", 0): 30, ("t", 1): 7}
+    assert _latest_first_offsets(one) == {("t", 0): 30, ("t", 1): 7}  # from the memo
+    # The same batch and intent number in another log (other handles): its own offsets.
+    other = BatchState("1", BatchStatus.COMMITTED, 0, 1, intent_seq=0, committed={0: a})
+    assert _latest_first_offsets(other) == {("t", 0): 10, ("t", 1): 7}
 
 
 def test_released_record_round_trip() -> None:
