@@ -47,8 +47,8 @@ from twopc.session import Session
 
 log = logging.getLogger("twopc.stranded")
 
-# Markers usually land within milliseconds of the EndTxn answer (a commit checks its own batch
-# right after it): ask again soon, then back off.
+# The judging's own polls (after the ListOffsets-only wait below found a partition still held):
+# ask again soon, then back off.
 _FIRST_POLL_S = 0.01
 _POLL_S = 0.2
 # Before judging (which asks the coordinator and each leader's producer states), the partitions
