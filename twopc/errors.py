@@ -108,7 +108,7 @@ class GuardFailed(TwopcError):
 
 class CommitUnverified(TwopcError):
     """The batch is committed, but its commit markers (or an earlier commit's still held open,
-    twopc/stranded.py) are not proven to have reached every partition: the check failed, or a
+    twopc/driver/stranded.py) are not proven to have reached every partition: the check failed, or a
     release of markers a killed broker dropped failed. A later transaction on the same ids must
     not start before that: its abort would take the committed records with it (the log holds such
     ids: no task takes them). Recovery (run before every micro-batch, and by `twopc recover`)
@@ -221,3 +221,8 @@ class InconsistentLog(TwopcError):
 
 class UnsupportedBroker(TwopcError):
     """The Kafka cluster or the producer settings cannot give exactly-once safely."""
+
+
+class ProtocolViolation(TwopcError):
+    """A driver path was about to end, fence or release a transaction that no record of its call
+    names: a bug in twopc, stopped before anything was sent (docs/design.md section 5)."""

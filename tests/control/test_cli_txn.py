@@ -7,8 +7,8 @@ import json
 import pytest
 
 from tests.control.helpers import open_txn, read_committed
+from twopc.broker.under_test import KafkaUnderTest
 from twopc.cli import main
-from twopc.testing.brokers import KafkaUnderTest
 
 pytestmark = pytest.mark.integration
 

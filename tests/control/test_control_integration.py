@@ -14,7 +14,7 @@ from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from tests.control.helpers import OpenTxn, open_txn, read_committed, settled_log_check
-from twopc.audit import wait_until_stable
+from twopc.broker.under_test import KafkaUnderTest
 from twopc.control import (
     ControlClient,
     EndTxnRequest,
@@ -24,7 +24,7 @@ from twopc.control import (
     TxnState,
     UnknownReason,
 )
-from twopc.testing.brokers import KafkaUnderTest
+from twopc.ops.audit import wait_until_stable
 
 pytestmark = pytest.mark.integration
 

@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from twopc.testing.drivers import DriverProcess
-from twopc.testing.spark_cluster import SparkCluster
+from twopc_testing.spark_cluster import SparkCluster
+
+from twopc.demo.drivers import DriverProcess
 
 REPO = Path(__file__).resolve().parents[2]
 DRIVER = Path(__file__).with_name("spark_driver.py")

@@ -9,8 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-
-from twopc.testing.spark_cluster import SparkCluster
+from twopc_testing.spark_cluster import SparkCluster
 
 from .cluster import ClusterSetup, build_twopc_zip, python_without_twopc
 

@@ -109,9 +109,9 @@ def main() -> None:
 
 def _kafka_rounds(spark: Any, cfg: dict[str, Any], options: dict[str, str]) -> None:
     from confluent_kafka import Producer
+    from twopc_testing.offsets import stable_group_offsets
 
-    from twopc.source_offsets import parse_spark_offsets
-    from twopc.testing.offsets import stable_group_offsets
+    from twopc.protocol.offsets import parse_spark_offsets
 
     offsets_dir = Path(cfg["spark_checkpoint"]) / "offsets"
     parts = cfg["source_partitions"]

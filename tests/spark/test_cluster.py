@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from twopc_testing.s3 import S3Server
 
 from checkpoint import open_log
-from twopc.audit import audit_topic
+from twopc.broker.under_test import KafkaUnderTest
 from twopc.control import ControlClient, TxnState
-from twopc.testing.brokers import KafkaUnderTest
-from twopc.testing.drivers import kill_session, write_json_files
-from twopc.testing.s3 import S3Server
+from twopc.demo.drivers import kill_session, write_json_files
+from twopc.ops.audit import audit_topic
 
 from .cluster import RUN_LIMIT_S, ClusterJob, ClusterSetup, spark_events, submit, task_attempts
 
@@ -206,7 +206,7 @@ def test_a_speculative_copy_wins_and_the_orphan_is_fenced(
     [prepared] = twopc_log.kinds("prepared")
     assert f"{prefix}-{last}-1" in {h["tid"] for h in prepared["handles"]}
     [committed] = twopc_log.kinds("committed")
-    # Committed.orphans, stored under the body key "losers" (records.py: stored names stay).
+    # Committed.orphans, stored under the body key "losers" (log_records.py: stored names stay).
     assert committed["losers"] == [f"{prefix}-{last}-0"], committed
     with ControlClient(broker.config()) as control:
         orphan = control.describe_transactions([f"{prefix}-{last}-0"])[f"{prefix}-{last}-0"]

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from twopc import observe
-from twopc.decisions import BatchOutcome
-from twopc.recovery import BatchReport, HandleReport, RecoveryReport
+from twopc.driver import observe
+from twopc.driver.recovery_report import BatchReport, HandleReport, RecoveryReport
+from twopc.protocol.verdicts import BatchOutcome
 from twopc.spark.journal import KEEP_BATCHES, Journal, batch_entry, batch_name, recovery_entry
 from twopc.spark.listener import LOGGER_NAME, TwopcProgressListener
 

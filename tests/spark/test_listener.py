@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 
 from checkpoint import open_log
-from twopc.audit import audit_topic
-from twopc.records import Committed, RollForward, from_body
+from twopc.broker.under_test import KafkaUnderTest
+from twopc.demo.drivers import write_json_files
+from twopc.ops.audit import audit_topic
+from twopc.protocol.log_records import Committed, RollForward, from_body
 from twopc.spark import TwopcProgressListener
 from twopc.spark.journal import Journal
 from twopc.spark.listener import LOGGER_NAME
-from twopc.testing.brokers import KafkaUnderTest
-from twopc.testing.drivers import write_json_files
 
 from .helpers import errors_of, run_driver, sink_options
 from .test_streaming import PER_FILE, start_query

@@ -90,7 +90,7 @@ def test_storage_options_from_json_and_prefixed_keys() -> None:
 
 @given(st.integers(min_value=2, max_value=64))
 def test_slots_per_partition(slots: int) -> None:
-    # Which slot a task takes: pool.choose_slot (tests/core/test_decisions.py).
+    # Which slot a task takes: pool.choose_slot (tests/protocol/test_decisions.py).
     config = parse_options({**BASE, "twopc.slotsPerPartition": str(slots)}, streaming=True)
     assert config.slots == slots
 
@@ -132,7 +132,7 @@ def test_bad_schema_names_the_column(fields: tuple[tuple[str, object], ...], top
 def test_acks_other_than_all_is_refused_on_the_driver(option: dict[str, str]) -> None:
     """The transactional producer needs acks=all (librdkafka refuses anything else once
     idempotence is on): the driver says so once, before any task starts a producer."""
-    from twopc.spark.guards import check_producer_config
+    from twopc.spark.option_checks import check_producer_config
 
     config = parse_options(lower({**BASE, **option}), streaming=False)
     with pytest.raises(OptionError, match="`acks` must be set to `all`"):

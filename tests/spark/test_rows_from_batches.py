@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from twopc.checksum import checksum_of
-from twopc.rows import Columns, Row
+from twopc.executor.checksum import checksum_of
+from twopc.executor.rows import Columns, Row
 from twopc.spark.errors import BadRowError
 from twopc.spark.schema import rows_from_batches
 

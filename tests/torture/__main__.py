@@ -27,7 +27,7 @@ from tests.torture.core_workload import run_core_schedule
 from tests.torture.report import MIN_FAULTS, render_markdown, summarize
 from tests.torture.result import ScheduleResult
 from tests.torture.schedule import make_schedule
-from twopc.testing.brokers import KafkaUnderTest, start_kafka
+from twopc.broker.under_test import KafkaUnderTest, start_kafka
 
 DEFAULT_SEED = 20261122
 

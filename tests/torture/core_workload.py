@@ -1,11 +1,11 @@
 """One torture schedule on the core protocol, with real processes, then the audit.
 
-Tasks pre-commit in subprocesses with the real writer (tests/core/task.py); the first commit of a
-faulted batch runs in a driver subprocess (tests/core/driver.py) that is SIGKILLed or paused at a
+Tasks pre-commit in subprocesses with the real writer (tests/driver/task.py); the first commit of a
+faulted batch runs in a driver subprocess (tests/driver/driver_call.py) that is SIGKILLed or paused at a
 named crash point; "the restarted query" then recovers and re-runs in this process with a fresh
 Coordinator, as a new Spark driver would. Each batch's outcome is read from what the coordinator
 answered (CommitReport status, RecoveryReport outcomes, typed errors), never inferred from the fault.
-The checkpoint log lives on `faulty://` (twopc/testing/faulty_fs.py) so storage can fail or slow.
+The checkpoint log lives on `faulty://` (testing/twopc_testing/faulty_fs.py) so storage can fail or slow.
 """
 
 from __future__ import annotations
@@ -16,8 +16,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from twopc_testing.faulty_fs import CONTROL_ENV, clear_control, write_control
+
 from checkpoint import open_log
-from tests.core.support import (
+from tests.driver.support import (
+    DriverUnderTest,
     Scenario,
     finish,
     run_driver,
@@ -27,15 +30,14 @@ from tests.core.support import (
 )
 from tests.torture.result import ScheduleResult, run_to_verdict
 from tests.torture.schedule import BatchPlan, Schedule, victim_role
-from twopc.audit import audit_topic, wait_until_stable
+from twopc.broker.under_test import KafkaUnderTest
 from twopc.control import ControlClient, TxnState
-from twopc.coordinator import Coordinator
-from twopc.decisions import BatchOutcome, BatchStatus
 from twopc.errors import CommitUnverified, DataLossError, GuardFailed
-from twopc.handle import ResultKind, WriteResult
-from twopc.session import Session
-from twopc.testing.brokers import KafkaUnderTest
-from twopc.testing.faulty_fs import CONTROL_ENV, clear_control, write_control
+from twopc.log.session import Session
+from twopc.ops.audit import audit_topic, wait_until_stable
+from twopc.protocol.handle import ResultKind, WriteResult
+from twopc.protocol.state import BatchStatus
+from twopc.protocol.verdicts import BatchOutcome
 
 NORMAL_TIMEOUT_MS = 30000
 SHORT_TIMEOUT_MS = 4000  # the pause faults: the broker aborts within seconds
@@ -89,8 +91,8 @@ class _CoreRun:
     def note(self, text: str) -> None:
         self.result.steps.append("  " + text)
 
-    def coordinator(self) -> Coordinator:
-        return self.scn.coordinator(self.control)
+    def coordinator(self) -> DriverUnderTest:
+        return self.scn.driver(self.control)
 
     def write(self, batch: str, tag: str = "", timeout_ms: int = NORMAL_TIMEOUT_MS,
               slot_of: dict[int, int] | None = None) -> list[WriteResult]:
@@ -166,7 +168,7 @@ class _CoreRun:
             self.note(f"recovery fenced orphans {list(report.orphans_fenced)}")
         self.finish_batch(plan, coord, recovered=any(b.batch == batch for b in report.batches))
 
-    def finish_batch(self, plan: BatchPlan, coord: Coordinator, recovered: bool) -> None:
+    def finish_batch(self, plan: BatchPlan, coord: DriverUnderTest, recovered: bool) -> None:
         batch = plan.batch
         if coord.is_committed(batch):
             skipped = [WriteResult(ResultKind.SKIPPED, batch, p, 0)
@@ -195,7 +197,7 @@ class _CoreRun:
             raise ScheduleFailed(f"batch {batch}: the re-run of an uncommitted batch says {status}")
         self.scn.expect(batch)
 
-    def lost_and_resolved(self, plan: BatchPlan, coord: Coordinator, exc: DataLossError) -> None:
+    def lost_and_resolved(self, plan: BatchPlan, coord: DriverUnderTest, exc: DataLossError) -> None:
         batch = plan.batch
         self.result.outcomes["data_loss_raised"] += 1
         self.note(f"DataLossError: {exc}")
@@ -341,7 +343,7 @@ class _CoreRun:
 
     def last_restart(self) -> None:
         """The query stops and starts once more before the audit: the recovery a restart runs
-        releases commits whose markers a killed broker dropped (twopc/stranded.py), which
+        releases commits whose markers a killed broker dropped (twopc/driver/stranded.py), which
         nothing else does while the query keeps running (counted: stranded_released)."""
         began = time.monotonic()
         report = self.coordinator().recover()

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from tests.torture.result import FAULT_KINDS
 
-# Named crash points of the core (twopc/coordinator.py, twopc/recovery.py, twopc/writer.py).
+# Named crash points of the core (twopc/driver/coordinator.py and settle.py, twopc/executor/writer.py).
 DRIVER_POINTS: tuple[str, ...] = (
     "before_intent", "after_intent", "after_endtxn_1", "after_endtxn_n_minus_1",
     "after_all_endtxn", "after_committed_record", "during_sweep",

@@ -2,10 +2,10 @@
 
     run_spark_schedule(seed, broker, workdir, "streaming" | "batch") -> ScheduleResult
 
-The job is tests/spark/spark_driver.py, run as its own session (twopc/testing/drivers.py) so that
+The job is tests/spark/spark_driver.py, run as its own session (testing/twopc_testing/drivers.py) so that
 "kill the driver" takes its JVM and Python workers with it: a streaming query over JSON files with
 unique ids (one micro-batch per file), or batch jobs of `spark.range` ids under one job id each. The
-twopc log lives on `faulty://` (twopc/testing/faulty_fs.py), so checkpoint storage can fail or slow.
+twopc log lives on `faulty://` (testing/twopc_testing/faulty_fs.py), so checkpoint storage can fail or slow.
 Faults (tests/torture/spark_schedule.py) come from named crash points (TWOPC_CRASH_AT, with the
 session scope and TWOPC_CRASH_WHEN_EXISTS to pick a micro-batch) or from named pause points
 (TWOPC_PAUSE_AT): while the commit worker is stopped the harness kills the broker, breaks the
@@ -30,22 +30,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from twopc_testing.faulty_fs import CONTROL_ENV, clear_control, write_control
+
 from checkpoint import open_log
 from tests.spark.helpers import DRIVER, errors_of
 from tests.torture.result import ScheduleResult, run_to_verdict
 from tests.torture.schedule import victim_role
 from tests.torture.spark_outcomes import Appended, classify, recovery_reports
 from tests.torture.spark_schedule import SparkSchedule, SparkStep, make_spark_schedule
-from twopc.audit import audit_topic, wait_until_stable
+from twopc.broker.under_test import KafkaUnderTest
 from twopc.control import ControlClient, TxnState
-from twopc.coordinator import Coordinator
-from twopc.observe import recovery_summary
-from twopc.pool import transactional_id
-from twopc.records import Partial, Prepared, from_body
+from twopc.demo.drivers import DriverProcess, write_json_files
+from twopc.driver.call import DriverSettings
+from twopc.driver.observe import recovery_summary
+from twopc.driver.recovery import Recovery
+from twopc.ops.audit import audit_topic, wait_until_stable
+from twopc.protocol.log_records import Partial, Prepared, from_body
+from twopc.protocol.owner import Owner
+from twopc.protocol.pool import transactional_id
 from twopc.spark.driver import query_id_from_spark_checkpoint
-from twopc.testing.brokers import KafkaUnderTest
-from twopc.testing.drivers import DriverProcess, write_json_files
-from twopc.testing.faulty_fs import CONTROL_ENV, clear_control, write_control
 
 MASTER = "local[2,4]"  # local[N,F]: up to 4 attempts per task, so a killed task is retried
 RUN_LIMIT_S = 480.0  # one driver run; far above the ~15 s a run takes, and a broker restart
@@ -414,13 +417,13 @@ class _SparkJob:
         a killed broker dropped, which nothing else does once the job has stopped."""
         clear_control(self.faults_file)
         if self.streaming:
-            owner = ("query", query_id_from_spark_checkpoint(str(self.spark_checkpoint)))
+            owner = Owner.query(query_id_from_spark_checkpoint(str(self.spark_checkpoint)),
+                                self.prefix)
         else:
-            owner = ("job", self.prefix)
-        coordinator = Coordinator(open_log(self.log_url), self.control, owner_kind=owner[0],
-                                  owner_id=owner[1], prefix=self.prefix)
+            owner = Owner.jobs(self.prefix)
+        recovery = Recovery(open_log(self.log_url), self.control, DriverSettings(owner))
         began = time.monotonic()
-        report = coordinator.recover()
+        report = recovery.recover()
         self.result.recovery_s.append(time.monotonic() - began)
         self.reports.append(recovery_summary(report, where="last"))
         self.result.stranded_released += len(report.stranded.released)

@@ -1,4 +1,4 @@
-"""The faulty:// filesystem (twopc/testing/faulty_fs.py): local files, faults from a control file,
+"""The faulty:// filesystem (testing/twopc_testing/faulty_fs.py): local files, faults from a control file,
 an atomic create-if-absent, and the checkpoint log running on it (and failing when told)."""
 
 from __future__ import annotations
@@ -7,15 +7,15 @@ from pathlib import Path
 
 import fsspec
 import pytest
-
-from checkpoint import open_log
-from checkpoint.errors import StorageUnavailable
-from twopc.testing.faulty_fs import (
+from twopc_testing.faulty_fs import (
     FaultyFileSystem,
     StorageFault,
     clear_control,
     write_control,
 )
+
+from checkpoint import open_log
+from checkpoint.errors import StorageUnavailable
 
 
 def fs_for(control: Path) -> FaultyFileSystem:

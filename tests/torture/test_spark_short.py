@@ -13,9 +13,9 @@ from tests.torture.result import FAULT_KINDS
 from tests.torture.spark_outcomes import Appended, classify, recovery_reports
 from tests.torture.spark_schedule import KINDS, make_spark_schedule
 from tests.torture.spark_workload import run_spark_schedule
-from twopc.handle import Handle, PartitionSpan
-from twopc.records import Aborted, Committed, Orphans, Partial, Prepared, Resolved, RollForward
-from twopc.testing.brokers import KafkaUnderTest
+from twopc.broker.under_test import KafkaUnderTest
+from twopc.protocol.handle import Handle, PartitionSpan
+from twopc.protocol.log_records import Aborted, Committed, Orphans, Partial, Prepared, Resolved, RollForward
 
 # Fixed seeds: a streaming query whose driver is killed just after the intent and whose next
 # commit stalls past the transaction timeout after its first EndTxn (rolled forward, repaired); and

@@ -13,7 +13,7 @@ import pytest
 from tests.torture.core_workload import run_core_schedule
 from tests.torture.result import FAULT_KINDS, OUTCOME_KINDS, ScheduleResult
 from tests.torture.schedule import VICTIM_ROLES, covering_schedule
-from twopc.testing.brokers import KafkaUnderTest
+from twopc.broker.under_test import KafkaUnderTest
 
 pytestmark = pytest.mark.integration
 

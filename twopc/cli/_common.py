@@ -12,10 +12,11 @@ import json
 from typing import Any
 
 from checkpoint import Log
-from twopc.decisions import BatchState, BatchStatus, plan_repair
-from twopc.handle import Handle
-from twopc.records import Aborted
-from twopc.session import LogView, read_view
+from twopc.log.session import LogView, read_view
+from twopc.protocol.handle import Handle
+from twopc.protocol.log_records import Aborted
+from twopc.protocol.plans import plan_repair
+from twopc.protocol.state import BatchState, BatchStatus
 
 
 class UsageError(ValueError):

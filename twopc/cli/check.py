@@ -7,7 +7,7 @@ from typing import Any
 
 from twopc.cli._common import add_client_settings, client_settings
 from twopc.cli._output import emit_json
-from twopc.preflight import CONNECTION, Status, run_preflight
+from twopc.ops.preflight import CONNECTION, Status, run_preflight
 
 EPILOG = """Each item is OK, WARN or FAIL, with what to change. The ACLs are tried: InitProducerId on the
 probe id PREFIX-twopc-check (it holds no transaction), and the topic's authorized operations. The

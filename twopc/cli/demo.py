@@ -58,8 +58,8 @@ def register(sub: Any) -> None:
 
 
 def _demo(args: argparse.Namespace) -> int:
+    from twopc.broker.under_test import KafkaUnderTest, start_kafka
     from twopc.demo.run import Demo, DemoConfig, DemoError
-    from twopc.testing.brokers import KafkaUnderTest, start_kafka
 
     out = sys.stderr if args.json else sys.stdout
 

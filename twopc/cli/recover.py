@@ -21,8 +21,9 @@ from twopc.cli._common import (
 )
 from twopc.cli._output import emit_json, fail
 from twopc.control import ControlClient, ControlError
-from twopc.coordinator import Coordinator
-from twopc.decisions import BatchStatus
+from twopc.driver.call import DriverSettings
+from twopc.driver.recovery import Recovery
+from twopc.driver.recovery_report import RecoveryReport
 from twopc.errors import (
     FenceFailed,
     InconsistentLog,
@@ -32,8 +33,8 @@ from twopc.errors import (
     TwopcError,
     UndecidedError,
 )
-from twopc.records import DECISIONS
-from twopc.recovery import RecoveryReport
+from twopc.protocol.log_records import DECISIONS
+from twopc.protocol.state import BatchStatus
 
 EPILOG = """Settles every batch whose intent has no outcome (roll forward, or the log check), fences the
 prefix's open transactions that no record names, and prints the report. A batch that stays stuck
@@ -156,12 +157,12 @@ def _recover(args: argparse.Namespace) -> int:
         _validate(args)
         log = open_log(args.checkpoint, storage_options(args),
                        allow_unconditional_create=args.allow_unconditional_create)
-        binding = view_of(log).binding
+        owner = view_of(log).owner
         control = ControlClient({**client_settings(args),
                                  "bootstrap.servers": args.bootstrap_servers})
-        coord = Coordinator(log, control, owner_kind=binding.owner_kind, owner_id=binding.owner_id,
-                            prefix=binding.prefix, settle_wait_ms=args.settle_wait_ms)
-        return _run(args, coord)
+        recovery = Recovery(log, control,
+                            DriverSettings(owner, settle_wait_ms=args.settle_wait_ms))
+        return _run(args, recovery)
     except UsageError as exc:
         return fail(str(exc))
     except ResolutionRefused as exc:
@@ -177,11 +178,11 @@ def _recover(args: argparse.Namespace) -> int:
             control.close()
 
 
-def _run(args: argparse.Namespace, coord: Coordinator) -> int:
+def _run(args: argparse.Namespace, recovery: Recovery) -> int:
     bar = None if args.no_progress else ProgressBar(sys.stderr)
     undecided: UndecidedError | None = None
     try:
-        report = coord.recover(on_progress=bar)
+        report = recovery.recover(on_progress=bar)
     except (UndecidedError, StrandedUnreleased, FenceFailed) as exc:
         # What recovery did before it stopped, or what it left: shown below, exit code 1.
         undecided = exc if isinstance(exc, UndecidedError) else None
@@ -189,14 +190,14 @@ def _run(args: argparse.Namespace, coord: Coordinator) -> int:
     finally:
         if bar is not None:
             bar.close()
-    view = view_of(coord.log)
+    view = view_of(recovery.log)
     stuck = [stuck_batch(view, b) for b in sorted(view.state.batches.values(),
                                                   key=lambda b: b.last_seq)
              if b.status in (BatchStatus.PREPARED, BatchStatus.PARTIAL)]
-    out: dict[str, Any] = {"checkpoint": coord.log.url,
-                           "binding": {"owner_kind": coord.binding.owner_kind,
-                                       "owner_id": coord.binding.owner_id,
-                                       "prefix": coord.binding.prefix},
+    out: dict[str, Any] = {"checkpoint": recovery.log.url,
+                           "binding": {"owner_kind": recovery.owner.kind.value,
+                                       "owner_id": recovery.owner.owner_id,
+                                       "prefix": recovery.owner.prefix},
                            "recovery": report_obj(report),
                            "undecided_error": str(undecided) if undecided else None,
                            "stuck": stuck, "resolution": None}
@@ -213,7 +214,7 @@ def _run(args: argparse.Namespace, coord: Coordinator) -> int:
             if args.json:
                 emit_json(out)
             return 1
-        coord.resolve(args.resolve, args.decision, args.note)
+        recovery.resolve(args.resolve, args.decision, args.note)
         out["resolution"] = {"batch": args.resolve, "decision": args.decision, "note": args.note}
         out["stuck"] = [s for s in stuck if s["batch"] != args.resolve]
         if args.json:

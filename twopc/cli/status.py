@@ -24,13 +24,14 @@ from twopc.cli._common import (
 )
 from twopc.cli._output import emit_json, fail
 from twopc.control import ControlClient, ControlError, TransactionDescription, TxnState
-from twopc.decisions import BatchState, BatchStatus, LogState, pass1
 from twopc.errors import InconsistentLog, TwopcError
-from twopc.guards import coordinator_now
-from twopc.handle import Handle
-from twopc.pool import in_pool
-from twopc.session import LogView
-from twopc.source_offsets import SourceOffsets
+from twopc.log.session import LogView
+from twopc.protocol.clock import coordinator_now
+from twopc.protocol.handle import Handle
+from twopc.protocol.offsets import SourceOffsets
+from twopc.protocol.pool import in_pool
+from twopc.protocol.state import BatchState, BatchStatus, LogState
+from twopc.protocol.verdicts import pass1
 
 EPILOG = """Shows the log's binding (query or job id, transactional id prefix), the last batches and their
 state, pending batches (an intent without outcome) with each transaction's age against its timeout,
@@ -137,9 +138,9 @@ def build_status(view: LogView, control: ControlClient | None, *, batches: int,
     orphans: list[dict[str, Any]] = []
     if control is not None:
         named = {h.transactional_id for h in handles}
-        listed = control.list_transactions(view.binding.prefix, states=[TxnState.ONGOING])
+        listed = control.list_transactions(view.owner.prefix, states=[TxnState.ONGOING])
         ids = [t.transactional_id for t in listed
-               if in_pool(view.binding.prefix, t.transactional_id) and t.transactional_id not in named]
+               if in_pool(view.owner.prefix, t.transactional_id) and t.transactional_id not in named]
         found = control.describe_transactions(ids) if ids else {}
         orphans = [orphan_txn(found[t], now_ms) for t in sorted(found)
                    if found[t].state is TxnState.ONGOING]
@@ -157,7 +158,7 @@ def build_status(view: LogView, control: ControlClient | None, *, batches: int,
                   "re-run repairs it)" + (", or resolve it: its re-run was refused (DataLossError)"
                                           if s["data_loss"] else "") for s in stuck]
     if orphans:
-        attention.append(f"{len(orphans)} open transaction(s) of prefix {view.binding.prefix!r} "
+        attention.append(f"{len(orphans)} open transaction(s) of prefix {view.owner.prefix!r} "
                          "that no record names: `twopc recover` fences them")
     holds = [h for _, h in sorted(state.stranded.items())]
     attention += [f"{h.transactional_id} (batch {', '.join(h.batches)}) is held: a committed "
@@ -167,8 +168,8 @@ def build_status(view: LogView, control: ControlClient | None, *, batches: int,
              "reason": h.reason} for h in holds]
     return {
         "checkpoint": view.log.url,
-        "binding": {"owner_kind": view.binding.owner_kind, "owner_id": view.binding.owner_id,
-                    "prefix": view.binding.prefix},
+        "binding": {"owner_kind": view.owner.kind.value, "owner_id": view.owner.owner_id,
+                    "prefix": view.owner.prefix},
         "last_seq": state.last_seq, "low_water_mark": view.low_water_mark,
         "now_ms": now_ms, "clock_skew_ms": skew,
         "broker_checked": control is not None,

@@ -7,9 +7,9 @@ from typing import Any
 
 from confluent_kafka import KafkaException
 
-from twopc.audit import IdOf, audit_topic, id_from_header, id_from_key, id_from_value
 from twopc.cli._common import add_client_settings, client_settings
 from twopc.cli._output import emit_json, fail
+from twopc.ops.audit import IdOf, audit_topic, id_from_header, id_from_key, id_from_value
 
 EPILOG = """Reads TOPIC from the start to its last stable offset as a read_committed consumer, counts each
 record's id, and checks that no partition's last stable offset lags its high watermark (an open

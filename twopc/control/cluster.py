@@ -231,7 +231,7 @@ class Cluster:
         return {i: cache[i] for i in ids}
 
     async def _find(self, conn: BrokerConnection, version: int, keys: list[str],
-                    key_type: int) -> list[m.Coordinator]:
+                    key_type: int) -> list[m.CoordinatorAddress]:
         reader = await conn.request(ApiKey.FIND_COORDINATOR, version,
                                     m.encode_find_coordinator(version, keys, key_type))
         return m.decode_find_coordinator(version, reader, keys)

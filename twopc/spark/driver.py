@@ -14,40 +14,26 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from twopc import observe
+from twopc.driver import observe
 from twopc.errors import TwopcError
-from twopc.handle import WriteResult
-from twopc.records import OwnerKind
+from twopc.protocol.handle import WriteResult
+from twopc.protocol.owner import Owner, OwnerKind
 from twopc.spark.errors import MissingQueryIdentity
-from twopc.spark.guards import check_at_start
 from twopc.spark.journal import Journal, batch_entry, record_safely, recovery_entry
+from twopc.spark.offsets_log import batch_source_offsets, spark_checkpoint_file
+from twopc.spark.option_checks import check_at_start
 from twopc.spark.options import SPARK_CHECKPOINT, SinkConfig
-from twopc.spark.reuse import driver_coordinator
-from twopc.spark.source_offsets import batch_source_offsets, spark_checkpoint_file
+from twopc.spark.reuse import DriverSide, driver_side
 
 if TYPE_CHECKING:
-    from twopc.coordinator import Coordinator
-    from twopc.recovery import RecoveryReport
-
-
-@dataclass(frozen=True)
-class Owner:
-    """Whose log it is: a streaming query (Spark's query id, batches are micro-batch ids), or the
-    batch jobs of one transactional id prefix (batches are the users' job ids, kept forever)."""
-
-    kind: OwnerKind
-    owner_id: str
-
-    def __str__(self) -> str:
-        return f"{self.kind.value} {self.owner_id}"
+    from twopc.driver.recovery_report import RecoveryReport
 
 
 def job_owner(config: SinkConfig) -> Owner:
     """Batch jobs of one prefix share a log; each job id is a batch of it."""
-    return Owner(OwnerKind.JOB, config.prefix)
+    return Owner.jobs(config.prefix)
 
 
 def query_id_from_spark_checkpoint(spark_checkpoint: str | None) -> str:
@@ -92,17 +78,16 @@ def prepare(config: SinkConfig, owner: Owner, job: str | None = None) -> bool:
         check_at_start(config, streaming=owner.kind is OwnerKind.QUERY)
         with _checked_lock:
             _checked.add(key)
-    with driver_coordinator(config, owner) as coordinator:
-        coordinator.bind()
-        # Recovery first: a job whose earlier run crashed after its intent is rolled forward here and
-        # then counts as committed.
+    with driver_side(config, owner) as side:
+        # Recovery first (it binds the log): a job whose earlier run crashed after its intent is
+        # rolled forward here and then counts as committed.
         try:
-            recovered = coordinator.recover()
+            recovered = side.recovery.recover()
         except TwopcError as exc:  # UndecidedError carries what was done before it stopped
             report_recovery(config, owner, getattr(exc, "report", None), "prepare")
             raise
         report_recovery(config, owner, recovered, "prepare")
-        return job is not None and coordinator.is_committed(job)
+        return job is not None and side.gate.is_committed(job)
 
 
 # ---- after the tasks ----------------------------------------------------------------------------
@@ -113,8 +98,8 @@ def commit_batch(config: SinkConfig, owner: Owner, batch: str, results: list[Wri
     twopc.commitSourceOffsets): the core's commit, then what the settling of an open intent did,
     if it had to, logged, and for a query the batch's figures left in the journal."""
     began = time.monotonic()
-    with _observed_call(config, owner, "commit", batch, results, began) as coordinator:
-        report = coordinator.commit(batch, results, batch_source_offsets(config, batch))
+    with _observed_call(config, owner, "commit", batch, results, began) as side:
+        report = side.coordinator.commit(batch, results, batch_source_offsets(config, batch))
     record_batch(config, owner, batch, report.figures,
                  report_recovery(config, owner, report.recovery, "commit"))
 
@@ -138,12 +123,12 @@ def abort_batch(config: SinkConfig, owner: Owner, batch: str, results: list[Writ
     other tasks' transactions open until their timeout).
     """
     began = time.monotonic()
-    with _observed_call(config, owner, "abort", batch, results, began) as coordinator:
-        aborted = coordinator.abort(batch, results)
+    with _observed_call(config, owner, "abort", batch, results, began) as side:
+        aborted = side.coordinator.abort(batch, results)
         rolled = report_recovery(config, owner, aborted.recovery, "abort")
-        swept = report_recovery(config, owner, coordinator.recover(), "abort")
+        swept = report_recovery(config, owner, side.recovery.recover(), "abort")
         time.sleep(STRAGGLER_WAIT_S)
-        again = report_recovery(config, owner, coordinator.recover(), "abort")
+        again = report_recovery(config, owner, side.recovery.recover(), "abort")
         swept = again if again is not None and again["acted"] else swept
     outcome = "rolled_forward" if aborted.recovery is not None else "fenced"
     record_batch(config, owner, batch, _figures_of("abort", batch, outcome, results, began),
@@ -152,12 +137,12 @@ def abort_batch(config: SinkConfig, owner: Owner, batch: str, results: list[Writ
 
 @contextmanager
 def _observed_call(config: SinkConfig, owner: Owner, event: str, batch: str,
-                   results: list[WriteResult], began: float) -> Iterator[Coordinator]:
+                   results: list[WriteResult], began: float) -> Iterator[DriverSide]:
     """A driver call whose failure still reaches the journal: its figures (outcome: the error's
     class) and whatever its recovery did before it stopped (UndecidedError carries that report)."""
-    with driver_coordinator(config, owner) as coordinator:
+    with driver_side(config, owner) as side:
         try:
-            yield coordinator
+            yield side
         except TwopcError as exc:
             recovery = report_recovery(config, owner, getattr(exc, "report", None), event)
             record_batch(config, owner, batch,

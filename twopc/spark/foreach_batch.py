@@ -12,14 +12,14 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from twopc.errors import GuardFailed
-from twopc.records import OwnerKind
+from twopc.protocol.owner import Owner
 from twopc.spark.collect import write_tasks
-from twopc.spark.driver import Owner, abort_batch, prepare, record_batch, report_recovery
+from twopc.spark.driver import abort_batch, prepare, record_batch, report_recovery
 from twopc.spark.errors import MissingQueryIdentity, OptionError
+from twopc.spark.offsets_log import batch_source_offsets
 from twopc.spark.options import SOURCE_OFFSETS, SPARK_CHECKPOINT, parse_options
-from twopc.spark.reuse import driver_coordinator
+from twopc.spark.reuse import driver_side
 from twopc.spark.schema import check_schema
-from twopc.spark.source_offsets import batch_source_offsets
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -49,12 +49,12 @@ class ExactlyOnceKafkaSink:
                 "the twopc log to the query id"
             )
         check_schema(batch_df.schema, self.config.topic)
-        owner = Owner(OwnerKind.QUERY, query_id)
+        owner = Owner.query(query_id, self.config.prefix)
         batch = str(batch_id)
         prepare(self.config, owner)
         for attempt in range(1, self.attempts_per_batch + 1):
-            with driver_coordinator(self.config, owner) as coordinator:
-                if coordinator.is_committed(batch):
+            with driver_side(self.config, owner) as side:
+                if side.gate.is_committed(batch):
                     _log.info("twopc: batch %s of query %s is already committed", batch, query_id)
                     return
                 offsets = batch_source_offsets(self.config, batch)  # before anything opens
@@ -64,7 +64,7 @@ class ExactlyOnceKafkaSink:
                     abort_batch(self.config, owner, batch, [])
                     raise
                 try:
-                    report = coordinator.commit(batch, results, offsets)
+                    report = side.coordinator.commit(batch, results, offsets)
                 except GuardFailed as exc:
                     # Nothing of the batch is visible and the abort is recorded: write it again.
                     if attempt == self.attempts_per_batch:

@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING
 from twopc.spark.collect import write_tasks
 from twopc.spark.driver import abort_batch, job_owner, prepare, report_recovery
 from twopc.spark.options import JOB_ID, parse_options
-from twopc.spark.reuse import driver_coordinator
+from twopc.spark.reuse import driver_side
 from twopc.spark.schema import check_schema
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-    from twopc.coordinator import CommitReport
-    from twopc.handle import WriteResult
+    from twopc.driver.coordinator import CommitReport
+    from twopc.protocol.handle import WriteResult
 
 _log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ def write_exactly_once(
         report = JobReport(job_id, 0, 0, ALREADY_COMMITTED)
         _log.warning("twopc: %s", report)
         return report
-    with driver_coordinator(config, owner) as coordinator:
+    with driver_side(config, owner) as side:
         try:
             results = write_tasks(df, config, owner, job_id)
         except BaseException:
@@ -89,7 +89,7 @@ def write_exactly_once(
             # they do not hold read_committed consumers back until they time out.
             abort_batch(config, owner, job_id, [])
             raise
-        committed_report = coordinator.commit(job_id, results)
+        committed_report = side.coordinator.commit(job_id, results)
     report_recovery(config, owner, committed_report.recovery, "commit")
     report = job_report(job_id, committed_report, results)
     if report.skipped:

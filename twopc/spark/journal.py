@@ -20,13 +20,11 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 import time
 from collections.abc import Mapping
 from typing import Any
 
-from twopc import observe
+from twopc.driver import observe
 
 _log = logging.getLogger(__name__)
 
@@ -64,40 +62,23 @@ def recovery_entry(owner_id: str, summary: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class Journal:
-    """The ``observe/`` directory of one twopc log (any fsspec URL, as the log itself)."""
+    """The ``observe/`` directory of one twopc log (any fsspec URL, as the log itself), through the
+    checkpoint's own store: a whole-file overwrite (temporary file and rename locally, one PUT on
+    object stores), without fsync (these are hints)."""
 
     def __init__(self, checkpoint_url: str, storage_options: Mapping[str, Any] | None = None) -> None:
-        from fsspec.core import url_to_fs
+        from checkpoint.store import open_store
 
         self.url = checkpoint_url.rstrip("/") + "/" + DIRECTORY
-        self._fs, self._root = url_to_fs(self.url, **dict(storage_options or {}))
-        self._local = "file" in _protocols(self._fs)
-
-    def _path(self, name: str) -> str:
-        return f"{self._root.rstrip('/')}/{name}"
+        # Overwrites only, never a create-if-absent: any backend serves.
+        self._store = open_store(self.url, dict(storage_options or {}), allow_unconditional=True)
 
     def _put(self, name: str, doc: Mapping[str, Any]) -> None:
-        data = json.dumps(doc, sort_keys=True).encode()
-        path = self._path(name)
-        if self._local:
-            # A reader must never see half a file: write beside it, then rename over it.
-            os.makedirs(self._root, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self._root, prefix=".tmp-")
-            try:
-                with os.fdopen(fd, "wb") as out:
-                    out.write(data)
-                os.replace(tmp, path)
-            except BaseException:
-                with _quiet():
-                    os.unlink(tmp)
-                raise
-        else:
-            self._fs.pipe_file(path, data)  # one PUT: whole or nothing on object stores
+        self._store.put(name, json.dumps(doc, sort_keys=True).encode(), durable=False)
 
     def _get(self, name: str) -> dict[str, Any] | None:
-        try:
-            data = self._fs.cat_file(self._path(name))
-        except FileNotFoundError:
+        data = self._store.get(name)
+        if data is None:
             return None
         try:
             doc = json.loads(data)
@@ -113,7 +94,7 @@ class Journal:
             old = str(int(batch) - KEEP_BATCHES)
             for name in (batch_name(old, e) for e in EVENTS):
                 with _quiet():
-                    self._fs.rm_file(self._path(name))
+                    self._store.delete(name)
 
     def write_recovery(self, entry: Mapping[str, Any]) -> None:
         self._put(RECOVERY, entry)
@@ -127,20 +108,17 @@ class Journal:
         return self._get(RECOVERY)
 
 
-def _protocols(fs: Any) -> tuple[str, ...]:
-    proto = fs.protocol
-    return (proto,) if isinstance(proto, str) else tuple(proto)
-
-
 class _quiet:
-    """Suppress and log an OSError: the journal is a hint, never a reason to fail a batch."""
+    """Suppress and log a storage error: the journal is a hint, never a reason to fail a batch."""
 
     def __enter__(self) -> None:
         return None
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: object) -> bool:
-        if exc is not None and isinstance(exc, OSError):
+        from checkpoint import CheckpointError
+
+        if exc is not None and isinstance(exc, OSError | CheckpointError):
             _log.debug("twopc journal: %s", exc)
             return True
         return False

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql.types import StructType
 
-    from twopc.rows import Columns, Row
+    from twopc.executor.rows import Columns, Row
 
 COLUMNS = ("value", "key", "topic", "partition", "headers")
 
@@ -136,7 +136,7 @@ def rows_from_batches(
 
     A batch with only value and key (the common case, with the topic option) becomes one
     `Columns` block: no Python object per row but the key and value bytes themselves."""
-    from twopc.rows import Columns
+    from twopc.executor.rows import Columns
 
     index = 0
     for batch in batches:
@@ -164,7 +164,7 @@ def _rows_of(
     batch: pa.RecordBatch, start: int, task_partition: int, default_topic: str | None
 ) -> Iterator[Row]:
     """One `Row` per row: the general path (topic, partition or headers columns)."""
-    from twopc.rows import Row
+    from twopc.executor.rows import Row
 
     values = _column(batch, "value")
     assert values is not None

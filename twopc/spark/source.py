@@ -23,12 +23,11 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
+from twopc.driver.observe import show_in_worker_log
 from twopc.errors import QueryMismatch
-from twopc.handle import WriteResult
-from twopc.observe import show_in_worker_log
-from twopc.records import OwnerKind
+from twopc.protocol.handle import WriteResult
+from twopc.protocol.owner import Owner
 from twopc.spark.driver import (
-    Owner,
     abort_batch,
     commit_batch,
     job_owner,
@@ -183,7 +182,7 @@ class Kafka2pcDataSource(DataSource):
         show_in_worker_log()
         config = parse_options(self.options, streaming=True)
         check_schema(schema, config.topic)
-        owner = Owner(OwnerKind.QUERY, query_id_from_spark_checkpoint(config.spark_checkpoint))
+        owner = Owner.query(query_id_from_spark_checkpoint(config.spark_checkpoint), config.prefix)
         if not _constructed_for_commit():
             prepare(config, owner)
         return StreamWriter(config, owner)

@@ -1,0 +1,268 @@
+"""Committed transactions whose commit markers the broker dropped: found and released.
+
+Kafka up to 4.3.1 can lose a commit for good when a broker is SIGKILLed while commit markers are
+pending (tests/broker/test_restart_mid_commit.py): after the restart the coordinator records
+CompleteCommit without writing the markers, and the data partitions keep the transaction open.
+Their last stable offset then stays at its first record: read_committed consumers stop there, and
+the records twopc committed are invisible. A retried EndTxn or a fence sends nothing.
+
+The cure is a new transaction on the same transactional id (same producer id, next epoch) that
+adds the stuck partitions and commits (`ControlClient.release_stranded`): its COMMIT markers end
+the stranded transaction as committed. Recovery looks for this after it settled the intents, over
+the committed batches the log still holds: cheap when nothing is stuck (one read_committed
+ListOffsets per leader), exact when something is (DescribeProducers names whose open transaction
+holds a partition back). `verdicts.judge` is the pure decision; `release_stranded_commits` asks and acts,
+after a record that names the ids (docs/design.md section 5).
+
+What the check cannot prove is never taken for settled: a partition whose producer states cannot
+be read (DescribeProducers refused, no leader) may be held open, and so may one whose release
+failed. Such ids stay held in the log (`released` and `stranded` records, folded into
+`LogState.stranded`): no task takes them, and every later check looks at them again until it
+finds them released or settled.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from checkpoint.memo import Memo
+from twopc.control import ControlClient, ReleaseResult
+from twopc.control.errors import error_name
+from twopc.protocol.handle import Handle, PartitionSpan
+from twopc.protocol.holds import (
+    TopicPartition,
+    committed_handles,
+    hold_changes,
+    maybe_held,
+    stuck_spans,
+    unreadable_spans,
+)
+from twopc.protocol.log_records import LogRecord, Released
+from twopc.protocol.state import BatchState, LogState, TxnKey, txn_key
+from twopc.protocol.verdicts import StrandedFate, StrandedVerdict, judge
+
+log = logging.getLogger("twopc.stranded")
+
+# The judging's own polls (after the ListOffsets-only wait below found a partition still held):
+# ask again soon, then back off.
+_FIRST_POLL_S = 0.01
+_POLL_S = 0.2
+# Before judging (which asks the coordinator and each leader's producer states), the partitions
+# that still look held are asked again, ListOffsets alone, for this long: after a commit of 64
+# transactions their markers landed 2-8 ms after the last EndTxn answer on the test broker
+# (benchmarks/README.md section 5), and a partition someone else's open transaction holds costs
+# no more than this before the judging settles it.
+_MARKER_WINDOW_S = 0.03
+
+
+# ---- the I/O ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StrandedNote:
+    batch: str
+    transactional_id: str
+    fate: StrandedFate
+    reason: str
+    partitions: tuple[TopicPartition, ...] = ()
+
+
+@dataclass
+class StrandedReport:
+    checked: int = 0  # handles looked at
+    notes: list[StrandedNote] = field(default_factory=list)
+    releases: dict[str, ReleaseResult] = field(default_factory=dict)
+
+    @property
+    def released(self) -> tuple[str, ...]:
+        return tuple(sorted(t for t, r in self.releases.items() if r.released))
+
+    @property
+    def unreleased(self) -> list[StrandedNote]:
+        """Stranded or possibly stranded transactions left as they are (reported, with why)."""
+        failed = {t for t, r in self.releases.items() if not r.released}
+        return [n for n in self.notes if n.fate is not StrandedFate.RELEASE
+                or n.transactional_id in failed]
+
+    def merged(self, other: StrandedReport) -> StrandedReport:
+        """Both checks' findings (recovery checks before its sweep and after it commits)."""
+        return StrandedReport(self.checked + other.checked, [*self.notes, *other.notes],
+                              {**self.releases, **other.releases})
+
+    def why(self, note: StrandedNote) -> str:
+        """Why `note`'s transaction is left as it is (its failed release, if one was tried)."""
+        r = self.releases.get(note.transactional_id)
+        if r is not None and not r.released:
+            return f"release failed at {r.step}: {r.error}"
+        return note.reason
+
+    def summary(self) -> str:
+        parts = []
+        if self.released:
+            parts.append(f"released {len(self.released)} stranded commits")
+        for n in self.unreleased:
+            parts.append(f"{n.transactional_id} (batch {n.batch}) {n.fate.value}: {self.why(n)}")
+        return "; ".join(parts)
+
+
+class Door(Protocol):
+    """What the check needs of its driver call (driver/call.py `DriverCall`): the log's state, an
+    append, the control client for its reads, and the release, which only an id a record of the
+    call names may get."""
+
+    @property
+    def state(self) -> LogState: ...
+
+    @property
+    def control(self) -> ControlClient: ...
+
+    def append(self, record: LogRecord) -> int: ...
+
+    def release(self, transactional_id: str, partitions: Sequence[tuple[str, int]],
+                producer_id: int) -> ReleaseResult: ...
+
+
+def release_stranded_commits(call: Door,
+                             batches: Iterable[BatchState], *, wait_ms: int, grace_ms: int,
+                             clock: Callable[[], float] = time.monotonic) -> StrandedReport:
+    """Find the committed handles of `batches` whose partitions their open transaction still holds
+    back (or may: unreadable), wait (bounded) while markers may be on their way, then record and
+    release them; record which ids stay held and which are cleared (`hold_changes`)."""
+    batches = list(batches)
+    handles = committed_handles(batches)
+    report = StrandedReport(checked=len(handles))
+    control = call.control
+    if not handles and not call.state.stranded:
+        return report
+    # A span may be held back when its partition's last stable offset is unknown or at or below
+    # its first offset: the latest first offset of each partition tells whether any span there
+    # can be. (The log's retained batches hold thousands of spans, asked after every commit; the
+    # suspects are worked out span by span only when some partition may hold one.)
+    latest: dict[TopicPartition, int] = {}
+    for b in batches:
+        for tp, first in _latest_first_offsets(b).items():
+            if latest.get(tp, -1) < first:
+                latest[tp] = first
+    lso = control.wait_stable(latest, min(_MARKER_WINDOW_S, wait_ms / 1000)) if latest else {}
+    suspects: list[tuple[str, Handle]] = []
+    if any(tp not in lso or lso[tp] <= first for tp, first in latest.items()):
+        suspects = [(b, h) for b, h in handles if any(maybe_held(s, lso) for s in h.spans)]
+    if suspects:  # else the usual case: one ListOffsets per leader
+        _judge_and_release(call, suspects, report, wait_ms, grace_ms, clock)
+    for n in report.unreleased:
+        log.error("a committed transaction still holds partitions open: %s (batch %s): %s",
+                  n.transactional_id, n.batch, report.why(n))
+    changes = hold_changes(call.state, (h for _, h in handles),
+                           {n.transactional_id: (n.batch, report.why(n))
+                            for n in report.unreleased})
+    if changes is not None:
+        call.append(changes)
+    return report
+
+
+# Per batch, its visible handles and the latest first offset of their spans per partition. A
+# call re-reads the log, but the records it decoded before come back as the same objects
+# (session.py), so a batch whose handles are those of an entry reuses its offsets.
+_latest_memo: Memo[tuple[str, int | None], tuple[tuple[Handle, ...], dict[TopicPartition, int]]] \
+    = Memo(64)
+
+
+def _latest_first_offsets(batch: BatchState) -> dict[TopicPartition, int]:
+    handles = tuple(batch.committed.values())
+    key = (batch.batch, batch.intent_seq)
+    memo = _latest_memo.get(key)
+    if memo is not None and len(memo[0]) == len(handles) and \
+            all(a is b for a, b in zip(memo[0], handles, strict=True)):
+        return memo[1]
+    latest: dict[TopicPartition, int] = {}
+    for h in handles:
+        for s in h.spans:
+            tp = (s.topic, s.partition)
+            if latest.get(tp, -1) < s.first_offset:
+                latest[tp] = s.first_offset
+    _latest_memo.put(key, (handles, latest))
+    return latest
+
+
+def _judge_and_release(call: Door,
+                       suspects: Sequence[tuple[str, Handle]], report: StrandedReport,
+                       wait_ms: int, grace_ms: int, clock: Callable[[], float]) -> None:
+    verdicts, stuck = _observe(call.control, suspects, wait_ms, grace_ms, clock)
+    for b, h in suspects:
+        v = verdicts[txn_key(h)]
+        if v.fate is not StrandedFate.SETTLED:
+            report.notes.append(StrandedNote(b, h.transactional_id, v.fate, v.reason, tuple(
+                (s.topic, s.partition) for s in stuck[txn_key(h)])))
+    to_release: dict[str, set[TopicPartition]] = {}
+    pids: dict[str, int] = {}
+    for n in report.notes:
+        if n.fate is StrandedFate.RELEASE:
+            to_release.setdefault(n.transactional_id, set()).update(n.partitions)
+    for _, h in suspects:
+        pids[h.transactional_id] = h.producer_id
+    if not to_release:
+        return
+    batches_named = tuple(sorted({n.batch for n in report.notes
+                                  if n.fate is StrandedFate.RELEASE}))
+    # Holds the ids from here on: a release cut short by a crash is retried by a later check.
+    call.append(Released(batches_named, tuple(sorted(to_release)), tuple(
+        (t, topic, p) for t, tps in sorted(to_release.items()) for topic, p in sorted(tps))))
+    for tid, tps in sorted(to_release.items()):
+        report.releases[tid] = call.release(tid, sorted(tps), producer_id=pids[tid])
+
+
+def _observe(control: ControlClient, suspects: Sequence[tuple[str, Handle]], wait_ms: int,
+             grace_ms: int, clock: Callable[[], float]
+             ) -> tuple[dict[TxnKey, StrandedVerdict], dict[TxnKey, list[PartitionSpan]]]:
+    """Ask until every suspect is settled or proven stranded twice, `grace_ms` apart, or until
+    `wait_ms` ran out (then what is still waiting is reported as such)."""
+    start = clock()
+    delay = _FIRST_POLL_S
+    first_release: dict[TxnKey, float] = {}
+    while True:
+        now = clock()
+        # The coordinator first: once it shows a completed state, every marker was acknowledged,
+        # so a partition still held open after that lost its marker.
+        desc = control.describe_transactions(sorted({h.transactional_id for _, h in suspects}))
+        lso = control.last_stable_offsets(sorted({(s.topic, s.partition)
+                                                  for _, h in suspects for s in h.spans}))
+        held = sorted({(s.topic, s.partition) for _, h in suspects for s in h.spans
+                       if maybe_held(s, lso)})
+        states = control.describe_producers(held) if held else {}
+        open_at: dict[TopicPartition, list[tuple[int, int]]] = {
+            tp: [(a.producer_id, a.current_txn_start_offset) for a in state.producers]
+            for tp, state in states.items() if not state.error_code}
+        errors = {tp: "no answer" for tp in held if tp not in states}
+        errors.update({tp: error_name(state.error_code) for tp, state in states.items()
+                       if state.error_code})
+        verdicts: dict[TxnKey, StrandedVerdict] = {}
+        stuck: dict[TxnKey, list[PartitionSpan]] = {}
+        for _, h in suspects:
+            k = txn_key(h)
+            stuck[k] = stuck_spans(h, lso, open_at)
+            verdicts[k] = judge(h, desc.get(h.transactional_id), stuck[k],
+                                unreadable_spans(h, lso, errors))
+        pending = False
+        for k, v in verdicts.items():
+            if v.fate is StrandedFate.RELEASE:
+                first_release.setdefault(k, now)
+                pending |= now - first_release[k] < grace_ms / 1000
+            else:
+                first_release.pop(k, None)
+                pending |= v.fate is StrandedFate.WAIT
+        out_of_time = now - start >= wait_ms / 1000
+        if not pending or out_of_time:
+            for k, v in verdicts.items():
+                if v.fate is StrandedFate.RELEASE and now - first_release[k] < grace_ms / 1000:
+                    verdicts[k] = StrandedVerdict(StrandedFate.WAIT, "seen stranded only once "
+                                                  f"within {wait_ms} ms: " + v.reason)
+                elif v.fate is StrandedFate.WAIT:
+                    verdicts[k] = StrandedVerdict(StrandedFate.WAIT, f"still after {wait_ms} ms: "
+                                                  + v.reason)
+            return verdicts, stuck
+        time.sleep(delay)
+        delay = min(delay * 2, _POLL_S)

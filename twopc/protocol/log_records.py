@@ -1,0 +1,271 @@
+"""The kinds of record twopc keeps in its checkpoint log, as versioned plain data.
+
+Every body is a msgpack-able dict with ``kind`` and ``v`` (the body format version): the log outlives
+code versions, so an unknown kind or version stops the reader with the record named, never skipped.
+
+Records that end an intent name it by sequence number (``intent_seq``): a reader can then prove that
+each ``committed``/``partial``/``aborted`` ends exactly the open intent it claims to.
+
+Body versions: 1 for every kind; 2 only for a ``prepared`` record that carries source offsets
+(twopc.commitSourceOffsets), so that code which does not know them refuses such a log instead of
+rolling it forward without them. Both are read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from twopc.protocol.handle import Handle, HandleFormatError
+from twopc.protocol.offsets import SourceOffsets
+from twopc.protocol.owner import Owner, OwnerKind
+
+VERSION = 1
+VERSION_OFFSETS = 2  # a prepared record with source offsets
+_READS = (VERSION, VERSION_OFFSETS)
+
+
+class RecordFormatError(ValueError):
+    """A body is not one of twopc's record kinds (or not this version of it)."""
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """The intent: batch ``batch`` commits exactly these handles. This record is the decision.
+
+    ``offsets``: the batch's source offsets and the handle whose transaction carries them (None
+    without twopc.commitSourceOffsets)."""
+
+    batch: str
+    handles: tuple[Handle, ...]
+    offsets: SourceOffsets | None = None
+
+
+@dataclass(frozen=True)
+class Committed:
+    """Every handle of the intent committed; ``orphans`` (open ids of the pool it does not name:
+    losing attempts, tasks that died unreported) get fenced. Stored under the body key "losers".
+
+    ``intent_seq`` is None only for a batch that wrote no rows at all (nothing to commit).
+    """
+
+    batch: str
+    intent_seq: int | None
+    orphans: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Partial:
+    """Recovery proved that some handles of the intent committed and the others aborted."""
+
+    batch: str
+    intent_seq: int
+    committed: tuple[str, ...]
+    aborted: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Aborted:
+    """These handles are not committed and get fenced.
+
+    With ``intent_seq`` it ends that intent (none of it committed); without, it only records a fence
+    (a failed guard, Spark's abort(), a rejected re-run) and the batch keeps its state.
+    """
+
+    batch: str
+    handles: tuple[Handle, ...]
+    reason: str
+    intent_seq: int | None
+
+
+@dataclass(frozen=True)
+class Duplicates:
+    """A re-run's transactions for data already committed: fenced, never committed."""
+
+    batch: str
+    ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Orphans:
+    """Open transactions of the prefix that no pending record names: fenced by recovery."""
+
+    ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class RollForward:
+    """Recovery is about to commit these open handles of recorded intents (names them first)."""
+
+    ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Released:
+    """Recovery is about to end committed transactions whose commit markers the broker dropped
+    (a broker killed mid-commit): a markers-only commit on each id over its stuck partitions.
+
+    ``partitions`` holds (transactional id, topic, partition); ``batches`` the batches whose
+    committed handles were stuck there. Written before the releases, it holds its ids (no task
+    takes them) until a ``stranded`` record clears them: a release that failed, or one cut short
+    by a crash, is retried by a later check.
+    """
+
+    batches: tuple[str, ...]
+    ids: tuple[str, ...]
+    partitions: tuple[tuple[str, str, int], ...]
+
+
+@dataclass(frozen=True)
+class Stranded:
+    """What a check of the committed transactions' markers left (stranded.py).
+
+    ``held``: (batch, transactional id, reason) of committed transactions that still hold
+    partitions open and were not released (the release failed, the markers may still be on their
+    way, a live writer holds the id, or the partitions could not be read). No task takes a held
+    id until a later check clears it. ``cleared``: held ids now found released or settled.
+    """
+
+    held: tuple[tuple[str, str, str], ...]
+    cleared: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """The operator's explicit decision for a stuck batch ("committed" or "aborted")."""
+
+    batch: str
+    decision: str
+    note: str
+
+
+BatchRecord = Prepared | Committed | Partial | Aborted | Duplicates | Resolved
+LogRecord = BatchRecord | Orphans | RollForward | Released | Stranded
+
+RESOLVE_COMMITTED = "committed"  # keep what is visible; the re-run writes nothing more
+RESOLVE_ABORTED = "aborted"  # treat as not committed; the re-run writes the whole batch again
+DECISIONS = (RESOLVE_COMMITTED, RESOLVE_ABORTED)
+
+
+def _ids(values: Sequence[str]) -> list[str]:
+    return [str(v) for v in values]
+
+
+def to_body(record: LogRecord) -> dict[str, Any]:
+    """The msgpack-able body stored in the log."""
+    body: dict[str, Any]
+    if isinstance(record, Prepared):
+        body = {"kind": "prepared", "batch": record.batch,
+                "handles": [h.to_obj() for h in record.handles]}
+        if record.offsets is not None:
+            body["offsets"] = record.offsets.to_obj()
+            body["v"] = VERSION_OFFSETS
+            return body
+    elif isinstance(record, Committed):
+        body = {"kind": "committed", "batch": record.batch, "intent": record.intent_seq,
+                "losers": _ids(record.orphans)}  # the key of format 1: never renamed
+    elif isinstance(record, Partial):
+        body = {"kind": "partial", "batch": record.batch, "intent": record.intent_seq,
+                "committed": _ids(record.committed), "aborted": _ids(record.aborted)}
+    elif isinstance(record, Aborted):
+        body = {"kind": "aborted", "batch": record.batch, "intent": record.intent_seq,
+                "handles": [h.to_obj() for h in record.handles], "reason": record.reason}
+    elif isinstance(record, Duplicates):
+        body = {"kind": "duplicates", "batch": record.batch, "ids": _ids(record.ids)}
+    elif isinstance(record, Orphans):
+        body = {"kind": "orphans", "ids": _ids(record.ids)}
+    elif isinstance(record, RollForward):
+        body = {"kind": "rollforward", "ids": _ids(record.ids)}
+    elif isinstance(record, Released):
+        body = {"kind": "released", "batches": _ids(record.batches), "ids": _ids(record.ids),
+                "partitions": [[t, topic, int(p)] for t, topic, p in record.partitions]}
+    elif isinstance(record, Stranded):
+        body = {"kind": "stranded", "held": [[b, t, why] for b, t, why in record.held],
+                "cleared": _ids(record.cleared)}
+    else:
+        body = {"kind": "resolved", "batch": record.batch, "decision": record.decision,
+                "note": record.note}
+    body["v"] = VERSION
+    return body
+
+
+def from_body(body: dict[str, Any]) -> LogRecord:
+    """Read a stored body back; RecordFormatError for anything not written by this format."""
+    version = body.get("v")
+    if version not in _READS:
+        raise RecordFormatError(f"record format version {version!r}, this code reads {_READS}")
+    kind = body.get("kind")
+    if version == VERSION_OFFSETS and kind != "prepared":
+        raise RecordFormatError(f"a {kind} record of format {version}: only prepared has one")
+    try:
+        if kind == "prepared":
+            offsets = body.get("offsets") if version == VERSION_OFFSETS else None
+            if version == VERSION_OFFSETS and offsets is None:
+                raise RecordFormatError("a prepared record of format 2 without source offsets")
+            return Prepared(str(body["batch"]), _handles(body["handles"]),
+                            None if offsets is None else SourceOffsets.from_obj(offsets))
+        if kind == "committed":
+            return Committed(str(body["batch"]), _opt_int(body["intent"]), _tuple(body["losers"]))
+        if kind == "partial":
+            return Partial(str(body["batch"]), int(body["intent"]), _tuple(body["committed"]),
+                           _tuple(body["aborted"]))
+        if kind == "aborted":
+            return Aborted(str(body["batch"]), _handles(body["handles"]), str(body["reason"]),
+                           _opt_int(body["intent"]))
+        if kind == "duplicates":
+            return Duplicates(str(body["batch"]), _tuple(body["ids"]))
+        if kind == "orphans":
+            return Orphans(_tuple(body["ids"]))
+        if kind == "rollforward":
+            return RollForward(_tuple(body["ids"]))
+        if kind == "released":
+            return Released(_tuple(body["batches"]), _tuple(body["ids"]),
+                            tuple((str(t), str(topic), int(p))
+                                  for t, topic, p in body["partitions"]))
+        if kind == "stranded":
+            return Stranded(tuple((str(b), str(t), str(why)) for b, t, why in body["held"]),
+                            _tuple(body["cleared"]))
+        if kind == "resolved":
+            decision = str(body["decision"])
+            if decision not in DECISIONS:
+                raise RecordFormatError(f"unknown resolution {decision!r}")
+            return Resolved(str(body["batch"]), decision, str(body["note"]))
+    except (KeyError, TypeError, ValueError, HandleFormatError) as exc:
+        if isinstance(exc, RecordFormatError):
+            raise
+        raise RecordFormatError(f"bad {kind} record: {exc}") from exc
+    raise RecordFormatError(f"unknown record kind {kind!r}")
+
+
+def binding_body(owner: Owner) -> dict[str, Any]:
+    """The log's binding (in its index): the owner, stored by value."""
+    return {"kind": "binding", "v": VERSION, "owner_kind": owner.kind.value,
+            "owner_id": owner.owner_id, "prefix": owner.prefix}
+
+
+def binding_from_body(body: dict[str, Any]) -> Owner:
+    if body.get("kind") != "binding" or body.get("v") != VERSION:
+        raise RecordFormatError(f"not a binding of format {VERSION}: {body!r:.200}")
+    try:
+        return Owner(OwnerKind(str(body["owner_kind"])), str(body["owner_id"]), str(body["prefix"]))
+    except KeyError as exc:
+        raise RecordFormatError(f"bad binding: missing {exc}") from exc
+    except ValueError as exc:
+        raise RecordFormatError(f"bad binding: {exc}") from exc
+
+
+def _handles(raw: Any) -> tuple[Handle, ...]:
+    if not isinstance(raw, list):
+        raise RecordFormatError(f"handles must be a list, got {type(raw).__name__}")
+    return tuple(Handle.from_obj(h) for h in raw)
+
+
+def _tuple(raw: Any) -> tuple[str, ...]:
+    if not isinstance(raw, list):
+        raise RecordFormatError(f"ids must be a list, got {type(raw).__name__}")
+    return tuple(str(v) for v in raw)
+
+
+def _opt_int(raw: Any) -> int | None:
+    return None if raw is None else int(raw)
