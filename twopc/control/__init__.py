@@ -25,7 +25,9 @@ from twopc.control.outcomes import (
     TransactionListing,
     TxnState,
 )
+from twopc.control.readback import Ending, ReadProblem, SpanRecords
 from twopc.control.record_batches import BatchHeader
+from twopc.control.record_decode import Record
 
 __all__ = [
     "AuthenticationError",
@@ -37,6 +39,7 @@ __all__ = [
     "ControlError",
     "EndTxnOutcome",
     "EndTxnRequest",
+    "Ending",
     "FenceResult",
     "FetchProbe",
     "KafkaApiError",
@@ -45,8 +48,11 @@ __all__ = [
     "NotAuthorizedError",
     "OutcomeKind",
     "ProtocolError",
+    "ReadProblem",
+    "Record",
     "ReleaseResult",
     "RetriesExhaustedError",
+    "SpanRecords",
     "TlsError",
     "TransactionDescription",
     "TransactionListing",

@@ -35,6 +35,7 @@ from twopc.control.outcomes import (
     TransactionListing,
     TxnState,
 )
+from twopc.control.readback import SpanRecords
 
 T = TypeVar("T")
 
@@ -261,6 +262,17 @@ class ControlClient:
         this partition is at `offset`. NOT_YET_STABLE means: ask again later."""
         return self._call(pa.log_check(self._cluster, topic, partition, offset, producer_id, epoch,
                                           topic_id))
+
+    def read_transaction(self, topic: str, partition: int, first_offset: int, producer_id: int,
+                         epoch: int, topic_id: str | None, expected: int,
+                         max_bytes: int = pa.READ_MAX_BYTES) -> SpanRecords:
+        """The records of (`producer_id`, `epoch`)'s ended transaction in one partition, read
+        back at read_uncommitted from `first_offset` to its marker (at most `expected` records
+        kept; a fetch returns at most `max_bytes` past its first batch), or why not
+        (readback.py). For copy-forward: the records of an aborted transaction stay in the log
+        until retention."""
+        return self._call(pa.read_transaction(self._cluster, topic, partition, first_offset,
+                                              producer_id, epoch, topic_id, expected, max_bytes))
 
     def describe_producers(self, partitions: Sequence[tuple[str, int]]
                            ) -> dict[tuple[str, int], pm.ProducerState]:

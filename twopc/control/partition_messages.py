@@ -25,10 +25,12 @@ class FetchPartition:
 
 
 def encode_fetch(version: int, topic: str | uuid.UUID, partition: int, offset: int,
-                 max_bytes: int, leader_epoch: int = -1) -> bytes:
-    """A one-partition, session-less, read_committed fetch that does not wait for data."""
+                 max_bytes: int, leader_epoch: int = -1,
+                 isolation: int = ISOLATION_READ_COMMITTED) -> bytes:
+    """A one-partition, session-less fetch that does not wait for data (read_committed unless
+    `isolation` says otherwise)."""
     w = Writer(True)
-    w.int32(-1).int32(0).int32(1).int32(max_bytes).int8(ISOLATION_READ_COMMITTED)
+    w.int32(-1).int32(0).int32(1).int32(max_bytes).int8(isolation)
     w.int32(0).int32(-1)  # no fetch session
 
     def part(pw: Writer, _: int) -> None:

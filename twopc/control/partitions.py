@@ -18,8 +18,10 @@ from twopc.control import partition_messages as pm
 from twopc.control.cluster import Backoff, Cluster
 from twopc.control.errors import BrokerConnectionError
 from twopc.control.logcheck import FetchProbe, LogCheckResult, LogOutcome, UnknownReason, decide
-from twopc.control.messages import ApiKey
+from twopc.control.messages import ISOLATION_READ_COMMITTED, ISOLATION_READ_UNCOMMITTED, ApiKey
+from twopc.control.readback import ReadProblem, Scan, SpanRecords
 from twopc.control.record_batches import batch_headers
+from twopc.control.record_decode import decode_batches
 
 T = TypeVar("T")
 # Small on purpose: the broker still returns the whole first batch (KIP-74), and only its header
@@ -27,8 +29,12 @@ T = TypeVar("T")
 PROBE_MAX_BYTES = 1024
 
 
-async def fetch_at(cluster: Cluster, topic: str, partition: int, offset: int,
-                    topic_id: uuid.UUID | None) -> FetchProbe:
+async def fetch_raw(cluster: Cluster, topic: str, partition: int, offset: int,
+                    topic_id: uuid.UUID | None, max_bytes: int,
+                    isolation: int = ISOLATION_READ_COMMITTED
+                    ) -> tuple[int, pm.FetchPartition | None]:
+    """One fetch of one partition at `offset` from its leader, asked again while the leader
+    moves: (error code, the partition's answer)."""
     backoff = Backoff(cluster.settings)
     while True:
         node: int | None = None
@@ -37,7 +43,8 @@ async def fetch_at(cluster: Cluster, topic: str, partition: int, offset: int,
             conn = await cluster.connection(node)
             version = conn.version(ApiKey.FETCH, None if topic_id else 12)
             target: str | uuid.UUID = topic_id if version >= 13 and topic_id else topic
-            body = pm.encode_fetch(version, target, partition, offset, PROBE_MAX_BYTES)
+            body = pm.encode_fetch(version, target, partition, offset, max_bytes,
+                                   isolation=isolation)
             top, parts = pm.decode_fetch(version, await conn.request(ApiKey.FETCH, version,
                                                                      body))
             code = top if top != 0 else (parts[0].error_code if parts else 0)
@@ -50,8 +57,12 @@ async def fetch_at(cluster: Cluster, topic: str, partition: int, offset: int,
             cluster.forget_leader(topic, partition)
             if await backoff.wait():
                 continue
-        break
-    p = parts[0] if parts else None
+        return code, parts[0] if parts else None
+
+
+async def fetch_at(cluster: Cluster, topic: str, partition: int, offset: int,
+                    topic_id: uuid.UUID | None) -> FetchProbe:
+    code, p = await fetch_raw(cluster, topic, partition, offset, topic_id, PROBE_MAX_BYTES)
     headers = batch_headers(p.records) if p is not None and p.records else []
     lso = p.last_stable_offset if p else -1
     hw = p.high_watermark if p else -1
@@ -162,3 +173,50 @@ async def describe_producers(cluster: Cluster, partitions: list[tuple[str, int]]
     return {tp: state if state is not None else pm.ProducerState(*tp, code, None, ())
             for tp, (code, state) in answers.items()}
 
+
+
+# A read-back fetch's byte limit: a few hundred records a round trip, and the broker still returns
+# a larger first batch whole (KIP-74).
+READ_MAX_BYTES = 1 << 20
+
+
+async def read_transaction(cluster: Cluster, topic: str, partition: int, first_offset: int,
+                           producer_id: int, epoch: int, topic_id: str | None, expected: int,
+                           max_bytes: int = READ_MAX_BYTES) -> SpanRecords:
+    """The records of (`producer_id`, `epoch`)'s transaction in one partition, from
+    `first_offset` to its marker, fetched at read_uncommitted (readback.py decides)."""
+    if topic_id is not None:
+        resp = await cluster.refresh_metadata([topic])
+        now = next((t for t in resp.topics if t.name == topic), None)
+        if now is None or now.error_code != 0 or str(now.topic_id) != topic_id:
+            seen = "gone" if now is None or now.error_code != 0 else str(now.topic_id)
+            return SpanRecords(topic, partition, first_offset, problem=ReadProblem.TOPIC_CHANGED,
+                               detail=f"recorded topic id {topic_id}, now {seen}")
+    scan = Scan(topic, partition, first_offset, producer_id, epoch, expected)
+    tid = uuid.UUID(topic_id) if topic_id else None
+    while not scan.done:
+        code, p = await fetch_raw(cluster, topic, partition, scan.next_offset, tid, max_bytes,
+                                  ISOLATION_READ_UNCOMMITTED)
+        if code == e.ERROR_CODES["OFFSET_OUT_OF_RANGE"]:
+            log_start = await list_offset(cluster, topic, partition, pm.EARLIEST)
+            if 0 <= first_offset < log_start:
+                scan.stop(ReadProblem.BELOW_LOG_START,
+                          f"offset {first_offset} < log start {log_start}")
+            else:
+                hw = await list_offset(cluster, topic, partition, pm.LATEST)
+                scan.stop(ReadProblem.NO_MARKER if scan.records else ReadProblem.NO_BATCH,
+                          f"offset {scan.next_offset} out of range (log start {log_start}, "
+                          f"high watermark {hw})")
+            break
+        if code in (e.ERROR_CODES["UNKNOWN_TOPIC_ID"], e.ERROR_CODES["INCONSISTENT_TOPIC_ID"]):
+            scan.stop(ReadProblem.TOPIC_CHANGED, e.error_name(code))
+            break
+        if code != 0 or p is None:
+            scan.stop(ReadProblem.FETCH_ERROR, e.error_name(code) if code else "no answer")
+            break
+        batches = decode_batches(p.records or b"")
+        if not batches and p.records and scan.next_offset < p.high_watermark:
+            raise e.ProtocolError(f"a fetch of {topic}[{partition}]@{scan.next_offset} returned "
+                                  f"{len(p.records)} bytes and no whole batch")
+        scan.feed(batches, p.log_start_offset, p.high_watermark)
+    return scan.result()

@@ -62,6 +62,19 @@ class BatchHeader:
             self.records_count)
 
 
+def parse_header(records: bytes, pos: int = 0) -> BatchHeader:
+    """The batch header at `pos`; ProtocolError unless it is a magic-2 batch of a sane length."""
+    header = BatchHeader(*_HEADER.unpack_from(records, pos))
+    if header.magic != 2:
+        raise ProtocolError(
+            f"record batch at offset {header.base_offset} has magic {header.magic}, not 2: "
+            "message formats before 0.11 carry no producer id")
+    if header.batch_length < HEADER_SIZE - _LENGTH_PREFIX:
+        raise ProtocolError(
+            f"record batch at offset {header.base_offset} claims length {header.batch_length}")
+    return header
+
+
 def batch_headers(records: bytes) -> list[BatchHeader]:
     """Every complete-enough batch header in a fetched record set, in log order.
 
@@ -71,14 +84,7 @@ def batch_headers(records: bytes) -> list[BatchHeader]:
     out: list[BatchHeader] = []
     pos = 0
     while len(records) - pos >= HEADER_SIZE:
-        header = BatchHeader(*_HEADER.unpack_from(records, pos))
-        if header.magic != 2:
-            raise ProtocolError(
-                f"record batch at offset {header.base_offset} has magic {header.magic}, not 2: "
-                "message formats before 0.11 carry no producer id")
-        if header.batch_length < HEADER_SIZE - _LENGTH_PREFIX:
-            raise ProtocolError(
-                f"record batch at offset {header.base_offset} claims length {header.batch_length}")
+        header = parse_header(records, pos)
         out.append(header)
         pos += _LENGTH_PREFIX + header.batch_length
     return out
