@@ -64,6 +64,10 @@ class BatchState:
     before_intent: BatchStatus = BatchStatus.NONE  # where an intent that commits nothing leads back
     committed: Mapping[int, Handle] = field(default_factory=dict)  # Spark partition -> visible handle
     offsets: SourceOffsets | None = None  # the last intent's source offsets (and their carrier)
+    # Spark partition -> the handle of a decided intent that the broker aborted, for the partitions
+    # not visible: its records stay in the log until retention, and copy-forward can commit them
+    # again (protocol/copies.py). Empty once the batch commits or an operator resolves it.
+    lost: Mapping[int, Handle] = field(default_factory=dict)
 
     @property
     def finished(self) -> bool:
@@ -197,6 +201,12 @@ _REFUSED = {
 
 
 def _step(cur: BatchState, seq: int, rec: LogRecord, url: str, start: int) -> BatchState:
+    nxt = _next(cur, seq, rec, url, start)
+    # A committed batch is done: nothing of it is left to copy forward.
+    return replace(nxt, lost={}) if nxt.status is _C and nxt.lost else nxt
+
+
+def _next(cur: BatchState, seq: int, rec: LogRecord, url: str, start: int) -> BatchState:
     def bad(why: str) -> InconsistentLog:
         return InconsistentLog(url, seq, f"batch {cur.batch}: {why} (state {cur.status.value})")
 
@@ -219,12 +229,23 @@ def _step(cur: BatchState, seq: int, rec: LogRecord, url: str, start: int) -> Ba
     if step is Step.PARTIAL:
         assert isinstance(rec, Partial)
         won = set(rec.committed)
-        return replace(cur, status=nxt, committed={
-            **cur.committed,
-            **by_partition(h for h in cur.intent if h.transactional_id in won)})
-    if step is Step.RESOLVE_ABORTED:
-        return replace(cur, status=nxt, committed={})
+        committed = {**cur.committed,
+                     **by_partition(h for h in cur.intent if h.transactional_id in won)}
+        return replace(cur, status=nxt, committed=committed, lost=_lost(
+            cur, (h for h in cur.intent if h.transactional_id not in won), committed))
+    if step is Step.ABORT:
+        return replace(cur, status=nxt, lost=_lost(cur, cur.intent, cur.committed))
+    if step in (Step.RESOLVE_ABORTED, Step.RESOLVE_COMMITTED):
+        visible: Mapping[int, Handle] = {} if step is Step.RESOLVE_ABORTED else cur.committed
+        return replace(cur, status=nxt, committed=visible, lost={})
     return cur if nxt is cur.status else replace(cur, status=nxt)
+
+
+def _lost(cur: BatchState, aborted: Iterable[Handle],
+          committed: Mapping[int, Handle]) -> dict[int, Handle]:
+    """The decided handles the broker aborted, by Spark partition, for partitions not visible."""
+    lost = {**cur.lost, **by_partition(aborted)}
+    return {p: h for p, h in lost.items() if p not in committed}
 
 
 def _step_of(cur: BatchState, rec: LogRecord, start: int,
