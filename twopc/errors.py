@@ -49,6 +49,22 @@ class DataLossError(TwopcError):
         )
 
 
+class CopyForwardFailed(TwopcError):
+    """A batch's decided records, aborted by the broker, cannot be committed again from the log's
+    copy (gone, or not what the handles say), and the policy forbids the re-run's rows
+    (`twopc.repairPolicy=copy`). Nothing more was made visible."""
+
+    def __init__(self, batch: str, reasons: Sequence[str]) -> None:
+        self.batch = batch
+        self.reasons = tuple(reasons)
+        super().__init__(
+            f"batch {batch}: the records of its aborted transactions cannot be copied forward "
+            f"({'; '.join(self.reasons)[:2000]}). Nothing more was made visible. With "
+            "twopc.repairPolicy=auto a re-run repairs it when it reproduces the lost records (a "
+            "deterministic source); otherwise resolve the batch by hand with "
+            "`twopc recover --resolve` once you have decided what to keep")
+
+
 class UndecidedError(TwopcError):
     """The outcome of some recorded transactions could not be proven; nothing was guessed."""
 

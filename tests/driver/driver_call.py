@@ -4,7 +4,8 @@
 
 Call: {"log", "bootstrap", "owner_id", "owner_kind" ("query" by default, or "job"), "prefix",
 "action": "commit"|"abort"|"recover", "batch", "results": [WriteResult objects], "margin_ms",
-"settle_wait_ms", "retain_batches", "offsets": SourceOffsets object (optional: the batch's source
+"settle_wait_ms", "retain_batches", "repair_policy" (auto|copy|rerun: copy-forward, with the
+broker as producer settings), "offsets": SourceOffsets object (optional: the batch's source
 offsets, committed with it)}.
 Prints one JSON line: {"ok": summary} or {"error": class name, "message"}; exit 0 or 3.
 """
@@ -18,6 +19,7 @@ from checkpoint import open_log
 from tests.driver.support import DriverUnderTest
 from twopc.control import ControlClient
 from twopc.errors import TwopcError
+from twopc.protocol.copies import RepairSettings, parse_policy
 from twopc.protocol.handle import WriteResult
 from twopc.protocol.offsets import SourceOffsets
 
@@ -29,7 +31,10 @@ def main() -> int:
                             call["owner_id"], call["prefix"],
                             margin_ms=call.get("margin_ms", 2000),
                             settle_wait_ms=call.get("settle_wait_ms", 30000),
-                            retain_batches=call.get("retain_batches", 10))
+                            retain_batches=call.get("retain_batches", 10),
+                            repair=RepairSettings(
+                                parse_policy(call.get("repair_policy", "auto")),
+                                {"bootstrap.servers": call["bootstrap"]}))
     results = [WriteResult.from_obj(r) for r in call.get("results", [])]
     try:
         if call["action"] == "commit":

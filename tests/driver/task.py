@@ -4,8 +4,9 @@
     TWOPC_CRASH_AT=writer.after_flush python -m tests.driver.task < spec.json
 
 Spec: {"bootstrap", "batch", "timeout_ms", "txns": [{"tid", "topic", "partition", "p", "attempt",
-"ids": [...]}]}; each txn's ids are written as record values to `partition` of `topic`. With a
-writer crash point armed the process SIGKILLs itself inside the first write. Prints one JSON list
+"ids": [...], "rich": optional}]}; each txn's ids are written as record values to `partition`
+of `topic` (with "rich": a base timestamp, keys, headers and timestamps too). With a writer crash point armed
+the process SIGKILLs itself inside the first write. Prints one JSON list
 of WriteResult objects, then os._exit(0) (no close(), no EndTxn: pre-committed, like a task).
 """
 
@@ -27,7 +28,13 @@ def main() -> int:
     control = ControlClient(config)
     out: list[dict[str, Any]] = []
     for txn in spec["txns"]:
-        rows = [Row(rid.encode(), partition=txn["partition"]) for rid in txn["ids"]]
+        if txn.get("rich"):  # keys, headers (one null) and set timestamps too
+            rows = [Row(rid.encode(), key=f"k-{rid}".encode(), partition=txn["partition"],
+                        headers=(("id", rid.encode()), ("none", None)),
+                        timestamp_ms=int(txn["rich"]) + i)
+                    for i, rid in enumerate(txn["ids"])]
+        else:
+            rows = [Row(rid.encode(), partition=txn["partition"]) for rid in txn["ids"]]
         result = write_partition(config, txn["tid"], rows, batch=spec["batch"],
                                  task_partition=txn["p"], attempt=txn["attempt"],
                                  default_topic=txn["topic"],

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from checkpoint import Log
 from twopc.control import (
@@ -35,10 +35,12 @@ from twopc.driver.stranded import StrandedReport, release_stranded_commits
 from twopc.errors import CommitUnverified, FenceFailed, ProtocolViolation
 from twopc.log.jobs import batch_state, remember_job
 from twopc.log.session import Session, check_binding
+from twopc.protocol.copies import RepairSettings
 from twopc.protocol.holds import to_check
 from twopc.protocol.log_records import (
     Aborted,
     Committed,
+    Copying,
     Duplicates,
     LogRecord,
     Orphans,
@@ -68,6 +70,7 @@ class DriverSettings:
     settle_wait_ms: int = 60000  # the log check's bounded wait for a stable partition
     retain_batches: int = 10  # finished batches the purge keeps whole
     stranded_wait_ms: int = 5000  # the stranded check's bounded wait
+    repair: RepairSettings = field(default_factory=RepairSettings)  # copy-forward (copies.py)
     clock_ms: Callable[[], int] = wall_clock_ms
 
 
@@ -78,7 +81,7 @@ def named_ids(record: LogRecord) -> tuple[str, ...]:
     """The transactional ids a record names: those a call may end, fence or release after it."""
     if isinstance(record, Prepared | Aborted):
         return tuple(h.transactional_id for h in record.handles)
-    if isinstance(record, Duplicates | Orphans | RollForward | Released):
+    if isinstance(record, Duplicates | Orphans | RollForward | Released | Copying):
         return tuple(record.ids)
     if isinstance(record, Committed):
         return tuple(record.orphans)
@@ -178,6 +181,11 @@ class DriverCall:
         self._require_named(ids, "a fence")
         self._ensure_released()
         return fence_failures(self.control.fence(ids))
+
+    def claim(self, ids: Iterable[str], what: str) -> None:
+        """Before this call starts a producer on `ids` (which fences their open transactions):
+        a record of this call must name them (ProtocolViolation otherwise)."""
+        self._require_named(ids, what)
 
     def release(self, transactional_id: str, partitions: Sequence[tuple[str, int]],
                 producer_id: int) -> ReleaseResult:

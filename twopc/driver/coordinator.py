@@ -18,31 +18,34 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from checkpoint import Log
 from twopc.control import ControlClient, EndTxnOutcome, EndTxnRequest, TransactionDescription, TxnState
 from twopc.crashpoints import crash_point
 from twopc.driver import observe
 from twopc.driver.call import DriverCall, DriverSettings
+from twopc.driver.copy_forward import CopyOutcome, try_copy
 from twopc.driver.recovery_report import RecoveryReport
 from twopc.driver.settle import settle
 from twopc.driver.source_offsets import attach, commit_plain
 from twopc.errors import (
     BatchAborted,
     BatchPartlyCommitted,
+    CopyForwardFailed,
     DataLossError,
     GuardFailed,
     TwopcError,
 )
 from twopc.protocol.clock import check_before_intent, warn_clock_outliers
+from twopc.protocol.copies import RepairPolicy, plan_copy
 from twopc.protocol.enums import TextEnum
 from twopc.protocol.handle import Handle, ResultKind, WriteResult
 from twopc.protocol.log_records import Aborted, Committed, Duplicates, Prepared
 from twopc.protocol.offsets import SourceOffsets, SourceOffsetsRefused, carrier_of, needs_offsets
 from twopc.protocol.owner import Owner
 from twopc.protocol.plans import CommitAction, plan_abort, plan_commit
-from twopc.protocol.state import BatchStatus, TxnKey, txn_key
+from twopc.protocol.state import BatchState, BatchStatus, TxnKey, txn_key
 from twopc.protocol.verdicts import BatchOutcome, Fate, Verdict, fate_of_end_txn
 
 
@@ -54,6 +57,7 @@ class CommitStatus(TextEnum):
     COMMITTED = "committed"  # this call made the batch visible
     ALREADY_COMMITTED = "already_committed"  # an earlier call did: this one's are duplicates
     REPAIRED = "repaired"  # the part a partly committed earlier attempt had not made visible
+    COPIED = "copied"  # what an earlier attempt decided and the broker aborted, copied forward
     EMPTY = "empty"  # no rows: committed with no transaction
 
 
@@ -141,10 +145,20 @@ class Coordinator:
                     batch, tuple(h.transactional_id for h in plan.duplicates)))
                 return CommitReport(batch, CommitStatus.ALREADY_COMMITTED, duplicates=dups,
                                     orphans=swept, recovery=recovery)
+            # Copy-forward (copy_forward.py): what was decided and aborted, from the log's copy.
+            copy = (plan_copy(state, handles, self.settings.repair.policy)
+                    if plan.losses or state.status is BatchStatus.ABORTED else None)
+            not_copied: tuple[str, ...] = ()
+            if copy is not None:
+                done = try_copy(call, copy, self.settings.repair)
+                if done.copies:
+                    return self._commit_copies(call, state, done, offsets, recovery)
+                not_copied = done.decision.reasons
             if plan.losses:
                 call.fence_recorded(Aborted(
                     batch, tuple(handles), "the re-run differs from the visible data", None))
-                raise DataLossError(batch, plan.losses)
+                raise DataLossError(batch, plan.losses, "not copied forward: "
+                                    + "; ".join(not_copied)[:1000] if not_copied else "")
             dups = call.fence_recorded(Duplicates(
                 batch, tuple(h.transactional_id for h in plan.duplicates)))
             if plan.action is CommitAction.REPAIR and not needs_offsets(
@@ -159,6 +173,35 @@ class Coordinator:
                 report.status = CommitStatus.REPAIRED
             return report
         raise AssertionError("an open intent survived its own settling")  # settle records outcomes
+
+    def copy_forward(self, batch: str, policy: RepairPolicy = RepairPolicy.COPY
+                     ) -> CommitReport | None:
+        """The operator's copy-forward (`twopc recover --repair copy`): commit the lost part of a
+        batch left partial or aborted after its intent from the log's copy, with no re-run. None
+        when the batch has nothing to copy; CopyForwardFailed when it cannot be copied."""
+        call = self.open_call()
+        state = call.batch_state(batch)
+        plan = plan_copy(state, (), policy)
+        if plan is None:
+            return None
+        done = try_copy(call, plan, replace(self.settings.repair, policy=policy))
+        if not done.copies:
+            raise CopyForwardFailed(batch, done.decision.reasons or ("not copied",))
+        return self._commit_copies(call, state, done, state.offsets, None)
+
+    def _commit_copies(self, call: DriverCall, state: BatchState, done: CopyOutcome,
+                       offsets: SourceOffsets | None,
+                       recovery: RecoveryReport | None) -> CommitReport:
+        """Commit the copies of a batch's aborted transactions like any batch's handles; the
+        source offsets go with them unless the visible part carried them."""
+        if not needs_offsets(state.offsets,
+                             (h.transactional_id for h in state.committed.values())):
+            offsets = None
+        report = self._commit_fresh(call, state.batch, done.copies, offsets)
+        report.status = CommitStatus.COPIED
+        report.duplicates = done.duplicates
+        report.recovery = recovery
+        return report
 
     def abort(self, batch: str, results: Sequence[WriteResult | None]) -> AbortReport:
         """Spark's abort: roll an open intent forward (it is the commit decision), and fence the

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from twopc.control import Ending, SpanRecords
 from twopc.protocol.enums import TextEnum
@@ -135,3 +136,14 @@ def decide_repair(policy: RepairPolicy, checks: Sequence[CopyCheck]) -> RepairDe
     if policy is RepairPolicy.COPY:
         return RepairDecision(RepairAction.FAIL, reasons)
     return RepairDecision(RepairAction.RERUN, reasons)
+
+
+@dataclass(frozen=True)
+class RepairSettings:
+    """What a driver needs to copy forward: the policy, and the producer settings (the sink's
+    `kafka.*` options) and transaction timeout of the copy's transactions. Without producer
+    settings nothing can be copied: the policy then decides as for records that do not verify."""
+
+    policy: RepairPolicy = RepairPolicy.AUTO
+    producer_config: Mapping[str, Any] | None = None
+    transaction_timeout_ms: int = 60000

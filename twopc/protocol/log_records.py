@@ -132,6 +132,20 @@ class Stranded:
 
 
 @dataclass(frozen=True)
+class Copying:
+    """Copy-forward is about to write the records of ``sources`` (the batch's decided handles the
+    broker aborted: transactional id, producer id, epoch) again, in new transactions on ``ids``
+    (protocol/copies.py). Written before those ids' producers start (starting one fences the
+    id's open transaction); changes no batch's state: the copies commit through a `prepared`
+    record of their own, and a copy cut short by a crash is an open transaction no record
+    commits (fenced as an orphan)."""
+
+    batch: str
+    ids: tuple[str, ...]
+    sources: tuple[tuple[str, int, int], ...]
+
+
+@dataclass(frozen=True)
 class Resolved:
     """The operator's explicit decision for a stuck batch ("committed" or "aborted")."""
 
@@ -141,7 +155,7 @@ class Resolved:
 
 
 BatchRecord = Prepared | Committed | Partial | Aborted | Duplicates | Resolved
-LogRecord = BatchRecord | Orphans | RollForward | Released | Stranded
+LogRecord = BatchRecord | Orphans | RollForward | Released | Stranded | Copying
 
 RESOLVE_COMMITTED = "committed"  # keep what is visible; the re-run writes nothing more
 RESOLVE_ABORTED = "aborted"  # treat as not committed; the re-run writes the whole batch again
@@ -180,6 +194,9 @@ def to_body(record: LogRecord) -> dict[str, Any]:
     elif isinstance(record, Released):
         body = {"kind": "released", "batches": _ids(record.batches), "ids": _ids(record.ids),
                 "partitions": [[t, topic, int(p)] for t, topic, p in record.partitions]}
+    elif isinstance(record, Copying):
+        body = {"kind": "copying", "batch": record.batch, "ids": _ids(record.ids),
+                "sources": [[t, int(pid), int(epoch)] for t, pid, epoch in record.sources]}
     elif isinstance(record, Stranded):
         body = {"kind": "stranded", "held": [[b, t, why] for b, t, why in record.held],
                 "cleared": _ids(record.cleared)}
@@ -226,6 +243,10 @@ def from_body(body: dict[str, Any]) -> LogRecord:
         if kind == "stranded":
             return Stranded(tuple((str(b), str(t), str(why)) for b, t, why in body["held"]),
                             _tuple(body["cleared"]))
+        if kind == "copying":
+            return Copying(str(body["batch"]), _tuple(body["ids"]),
+                           tuple((str(t), int(pid), int(epoch))
+                                 for t, pid, epoch in body["sources"]))
         if kind == "resolved":
             decision = str(body["decision"])
             if decision not in DECISIONS:

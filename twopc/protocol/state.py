@@ -30,6 +30,7 @@ from twopc.protocol.log_records import (
     RESOLVE_COMMITTED,
     Aborted,
     Committed,
+    Copying,
     Duplicates,
     LogRecord,
     Orphans,
@@ -138,7 +139,7 @@ def fold(records: Iterable[tuple[int, LogRecord]], url: str = "", start_seq: int
             for batch, tid, why in rec.held:
                 _hold(holds, tid, (batch,), seq, why)
             continue
-        if isinstance(rec, Orphans | RollForward):
+        if isinstance(rec, Orphans | RollForward | Copying):
             continue
         cur = batches.get(rec.batch) or BatchState(rec.batch, first_seq=seq)
         batches[rec.batch] = replace(_step(cur, seq, rec, url, start_seq), last_seq=seq)
