@@ -4,7 +4,7 @@
 
 Call: {"log", "bootstrap", "owner_id", "owner_kind" ("query" by default, or "job"), "prefix",
 "action": "commit"|"abort"|"recover", "batch", "results": [WriteResult objects], "margin_ms",
-"settle_wait_ms", "retain_batches", "repair_policy" (auto|copy|rerun: copy-forward, with the
+"settle_wait_ms", "retain_batches", "repair_policy" (rerun by default, auto or copy: copy-forward, with the
 broker as producer settings), "offsets": SourceOffsets object (optional: the batch's source
 offsets, committed with it)}.
 Prints one JSON line: {"ok": summary} or {"error": class name, "message"}; exit 0 or 3.
@@ -33,7 +33,7 @@ def main() -> int:
                             settle_wait_ms=call.get("settle_wait_ms", 30000),
                             retain_batches=call.get("retain_batches", 10),
                             repair=RepairSettings(
-                                parse_policy(call.get("repair_policy", "auto")),
+                                parse_policy(call.get("repair_policy", "rerun")),
                                 {"bootstrap.servers": call["bootstrap"]}))
     results = [WriteResult.from_obj(r) for r in call.get("results", [])]
     try:

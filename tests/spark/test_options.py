@@ -17,6 +17,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from twopc.protocol.copies import RepairPolicy
 from twopc.spark.errors import InputSchemaError, OptionError
 from twopc.spark.options import parse_options
 from twopc.spark.schema import check_schema
@@ -40,6 +41,7 @@ def test_minimal_options_parse_with_defaults() -> None:
     assert config.prefix == "orders"
     assert config.transaction_timeout_ms == 60_000
     assert config.job_id is None
+    assert config.repair_policy is RepairPolicy.AUTO
     assert pickle.loads(pickle.dumps(config)) == config
 
 
@@ -49,6 +51,17 @@ def test_names_are_case_insensitive_and_values_keep_case() -> None:
     )
     assert config.producer_config["sasl.password"] == "PaSs"
     assert config.transaction_timeout_ms == 90_000
+
+
+def test_repair_policy_reaches_the_driver_settings() -> None:
+    from twopc.protocol.owner import Owner
+    from twopc.spark.reuse import _settings
+
+    config = parse_options(lower({**BASE, "twopc.repairPolicy": "Copy",
+                                  "twopc.transactionTimeoutMs": "30000"}), streaming=False)
+    repair = _settings(config, Owner.jobs("orders")).repair
+    assert repair.policy is RepairPolicy.COPY and repair.transaction_timeout_ms == 30_000
+    assert repair.producer_config == {"bootstrap.servers": "localhost:9092"}
 
 
 @pytest.mark.parametrize(
@@ -69,6 +82,7 @@ def test_names_are_case_insensitive_and_values_keep_case() -> None:
         ({"twopc.storageOptions": "[1]"}, None, "JSON object"),
         ({"topic": " "}, None, "topic is empty"),
         ({"twopc.jobId": "j1"}, None, "for batch writes"),
+        ({"twopc.repairPolicy": "always"}, None, "twopc.repairPolicy: repair policy 'always'"),
     ],
 )
 def test_bad_options_name_the_problem(extra: dict[str, str], drop: str | None, needle: str) -> None:

@@ -35,6 +35,7 @@ from twopc.control import ControlClient, TxnState
 from twopc.errors import CommitUnverified, DataLossError, GuardFailed
 from twopc.log.session import Session
 from twopc.ops.audit import audit_topic, wait_until_stable
+from twopc.protocol.copies import RepairPolicy, RepairSettings
 from twopc.protocol.handle import ResultKind, WriteResult
 from twopc.protocol.state import BatchStatus
 from twopc.protocol.verdicts import BatchOutcome
@@ -49,10 +50,17 @@ class ScheduleFailed(AssertionError):
 
 
 def run_core_schedule(schedule: Schedule, broker: KafkaUnderTest, workdir: Path,
-                      variant: str) -> ScheduleResult:
-    result = ScheduleResult("core", schedule.seed, variant, steps=schedule.describe())
+                      variant: str, copy_forward: bool = False) -> ScheduleResult:
+    """Run one schedule. With `copy_forward`, the source cannot replay its rows (a re-run of a
+    batch with `rerun_changed` writes other rows, whatever the batch's state) and the driver
+    copies decided-but-aborted transactions forward (twopc.repairPolicy=auto): such a batch must
+    end with its original rows exactly once, and no DataLossError may occur."""
+    result = ScheduleResult("core", schedule.seed, variant,
+                            steps=[*schedule.describe(),
+                                   *(["copy-forward, non-replayable source"] if copy_forward
+                                     else [])])
     began = time.monotonic()
-    run = _CoreRun(schedule, broker, workdir, result)
+    run = _CoreRun(schedule, broker, workdir, result, copy_forward)
 
     def body() -> None:
         for plan in schedule.batches:
@@ -65,8 +73,9 @@ def run_core_schedule(schedule: Schedule, broker: KafkaUnderTest, workdir: Path,
 
 class _CoreRun:
     def __init__(self, schedule: Schedule, broker: KafkaUnderTest, workdir: Path,
-                 result: ScheduleResult) -> None:
+                 result: ScheduleResult, copy_forward: bool = False) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
+        self.copy_forward = copy_forward
         self.broker = broker
         self.result = result
         self.faults_file = str(workdir / "faults.json")
@@ -92,6 +101,9 @@ class _CoreRun:
         self.result.steps.append("  " + text)
 
     def coordinator(self) -> DriverUnderTest:
+        if self.copy_forward:
+            return self.scn.driver(self.control, repair=RepairSettings(
+                RepairPolicy.AUTO, self.broker.config(), NORMAL_TIMEOUT_MS))
         return self.scn.driver(self.control)
 
     def write(self, batch: str, tag: str = "", timeout_ms: int = NORMAL_TIMEOUT_MS,
@@ -106,7 +118,8 @@ class _CoreRun:
              **extra: Any) -> dict[str, Any]:
         return {"log": self.scn.log_url, "bootstrap": self.broker.bootstrap_servers,
                 "owner_id": self.scn.owner_id, "prefix": self.scn.prefix, "action": action,
-                "batch": batch, "results": [r.to_obj() for r in results], **extra}
+                "batch": batch, "results": [r.to_obj() for r in results],
+                "repair_policy": "auto" if self.copy_forward else "rerun", **extra}
 
     def drive(self, call: dict[str, Any], crash_at: str | None = None) -> dict[str, Any]:
         try:
@@ -181,14 +194,30 @@ class _CoreRun:
             self.scn.expect(batch)
             return
         state = Session(open_log(self.scn.log_url)).state.batch(batch)
-        changed = plan.rerun_changed and state.status is BatchStatus.PARTIAL
-        rerun = self.write(batch, tag="-changed" if changed else "")
+        changed = plan.rerun_changed and (self.copy_forward or state.status is BatchStatus.PARTIAL)
+        tag = "-changed" if changed else ""
+        rerun = self.write(batch, tag=tag)
         try:
             status = coord.commit(batch, rerun).status
         except DataLossError as exc:
+            if self.copy_forward:
+                raise ScheduleFailed(f"batch {batch}: DataLossError with copy-forward: {exc}") \
+                    from exc
             self.lost_and_resolved(plan, coord, exc)
             return
         self.note(f"re-run: {status}")
+        if status == "copied":
+            # The originals, copied forward from the log; the re-run's rows were fenced.
+            if not state.lost:
+                raise ScheduleFailed(f"batch {batch}: copied, but the log named nothing lost")
+            self.result.outcomes["copied_forward"] += 1
+            self.scn.expect(batch)
+            return
+        if status == "committed" and tag:
+            # Nothing of the batch was decided before (the guard aborted it): the re-run's rows.
+            self.result.outcomes["rewritten"] += 1
+            self.scn.expect(batch, tag)
+            return
         if status == "repaired":
             self.result.outcomes["repaired"] += 1
         elif status == "committed":

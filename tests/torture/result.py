@@ -34,7 +34,11 @@ OUTCOME_KINDS: tuple[str, ...] = (
     "data_loss_raised",        # partly committed; the re-run differed; DataLossError raised
     "resolved_by_operator",    # an explicit, recorded operator resolution after DataLossError
     "fenced",                  # a losing driver or zombie stopped by the log or by a fence
+    "copied_forward",          # decided, aborted by the broker, committed from the log's copy
 )
+# Reached only by schedules run with copy-forward and a non-replayable source (the long run's odd
+# seeds), where the re-run's DataLossError and the operator's resolution are never reached.
+COPY_ONLY_OUTCOMES = ("copied_forward",)
 
 
 @dataclass

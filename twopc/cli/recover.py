@@ -22,9 +22,11 @@ from twopc.cli._common import (
 from twopc.cli._output import emit_json, fail
 from twopc.control import ControlClient, ControlError
 from twopc.driver.call import DriverSettings
+from twopc.driver.coordinator import Coordinator
 from twopc.driver.recovery import Recovery
 from twopc.driver.recovery_report import RecoveryReport
 from twopc.errors import (
+    CopyForwardFailed,
     FenceFailed,
     InconsistentLog,
     LogOwnershipLost,
@@ -33,6 +35,7 @@ from twopc.errors import (
     TwopcError,
     UndecidedError,
 )
+from twopc.protocol.copies import RepairPolicy, RepairSettings
 from twopc.protocol.log_records import DECISIONS
 from twopc.protocol.state import BatchStatus
 
@@ -42,6 +45,9 @@ prefix's open transactions that no record names, and prints the report. A batch 
 and what was lost; --resolve records the operator's decision for it, after a confirmation:
   committed  keep what is visible; the re-run writes nothing more (a lost part stays lost)
   aborted    the batch counts as not committed; the re-run writes all of it (a visible part twice)
+With --repair copy, a batch whose commit was decided but whose transactions the broker aborted
+(partly committed, or aborted after its intent) is first copied forward from the Kafka log's own
+copy of the aborted records, when they are still there and verify.
 
 exit codes: 0 nothing left stuck (or the resolution was recorded); 1 attention needed (undecided,
 partly committed, another driver writes the log, resolution declined); 2 bad arguments, no twopc log
@@ -51,6 +57,7 @@ examples:
   twopc recover --checkpoint /data/chk/orders-twopc --bootstrap-servers kafka-1:9092
   twopc recover --checkpoint /data/chk/orders-twopc --bootstrap-servers kafka-1:9092 \\
       --resolve 41 --decision committed --note "ops: accept loss of partition 3, ticket 1234"
+  twopc recover --checkpoint /data/chk/orders-twopc --bootstrap-servers kafka-1:9092 --repair copy
 """
 
 
@@ -65,6 +72,12 @@ def register(sub: Any) -> None:
     p.add_argument("--decision", choices=DECISIONS, help="with --resolve: committed or aborted")
     p.add_argument("--note", help="with --resolve: who decided and why (kept in the log)")
     p.add_argument("--yes", action="store_true", help="with --resolve: do not ask for confirmation")
+    p.add_argument("--repair", choices=("copy",),
+                   help="copy forward: commit the aborted part of every batch whose commit was "
+                        "decided from the Kafka log's copy of its records (verified against the "
+                        "recorded counts and checksums), with no re-run")
+    p.add_argument("--copy-timeout-ms", type=int, default=60000,
+                   help="with --repair copy: transaction.timeout.ms of the copies")
     p.add_argument("--settle-wait-ms", type=int, default=60000,
                    help="how long the log check waits for a partition to become stable")
     p.add_argument("--allow-unconditional-create", action="store_true",
@@ -158,11 +171,13 @@ def _recover(args: argparse.Namespace) -> int:
         log = open_log(args.checkpoint, storage_options(args),
                        allow_unconditional_create=args.allow_unconditional_create)
         owner = view_of(log).owner
-        control = ControlClient({**client_settings(args),
-                                 "bootstrap.servers": args.bootstrap_servers})
-        recovery = Recovery(log, control,
-                            DriverSettings(owner, settle_wait_ms=args.settle_wait_ms))
-        return _run(args, recovery)
+        kafka = {**client_settings(args), "bootstrap.servers": args.bootstrap_servers}
+        control = ControlClient(kafka)
+        settings = DriverSettings(owner, settle_wait_ms=args.settle_wait_ms, repair=RepairSettings(
+            RepairPolicy.COPY, kafka, args.copy_timeout_ms))
+        recovery = Recovery(log, control, settings)
+        copier = Coordinator(log, control, settings) if args.repair == "copy" else None
+        return _run(args, recovery, copier)
     except UsageError as exc:
         return fail(str(exc))
     except ResolutionRefused as exc:
@@ -178,7 +193,27 @@ def _recover(args: argparse.Namespace) -> int:
             control.close()
 
 
-def _run(args: argparse.Namespace, recovery: Recovery) -> int:
+def _copy_all(copier: Coordinator, recovery: Recovery) -> tuple[list[dict[str, Any]],
+                                                                 list[dict[str, str]]]:
+    """Copy forward every batch whose decided transactions were aborted: what was copied (batch,
+    ids, records), and what could not be (batch, why)."""
+    copied: list[dict[str, Any]] = []
+    failed: list[dict[str, str]] = []
+    for b in sorted(view_of(recovery.log).state.batches.values(), key=lambda b: b.last_seq):
+        if not b.lost:
+            continue
+        try:
+            done = copier.copy_forward(b.batch)
+        except CopyForwardFailed as exc:
+            failed.append({"batch": b.batch, "reason": "; ".join(exc.reasons)})
+            continue
+        if done is not None:
+            copied.append({"batch": b.batch, "transactions": list(done.committed),
+                           "duplicates": list(done.duplicates)})
+    return copied, failed
+
+
+def _run(args: argparse.Namespace, recovery: Recovery, copier: Coordinator | None = None) -> int:
     bar = None if args.no_progress else ProgressBar(sys.stderr)
     undecided: UndecidedError | None = None
     try:
@@ -190,6 +225,7 @@ def _run(args: argparse.Namespace, recovery: Recovery) -> int:
     finally:
         if bar is not None:
             bar.close()
+    copied, not_copied = _copy_all(copier, recovery) if copier is not None else ([], [])
     view = view_of(recovery.log)
     stuck = [stuck_batch(view, b) for b in sorted(view.state.batches.values(),
                                                   key=lambda b: b.last_seq)
@@ -200,7 +236,8 @@ def _run(args: argparse.Namespace, recovery: Recovery) -> int:
                                        "prefix": recovery.owner.prefix},
                            "recovery": report_obj(report),
                            "undecided_error": str(undecided) if undecided else None,
-                           "stuck": stuck, "resolution": None}
+                           "stuck": stuck, "resolution": None,
+                           "copied": copied, "not_copied": not_copied}
     if args.resolve is not None:
         target = next((s for s in stuck if s["batch"] == args.resolve), None)
         if target is None:
@@ -227,7 +264,7 @@ def _run(args: argparse.Namespace, recovery: Recovery) -> int:
     else:
         _print(out)
     return 1 if (stuck or undecided or report.stranded.unreleased
-                 or report.fence_failures) else 0
+                 or report.fence_failures or not_copied) else 0
 
 
 def _print(out: dict[str, Any]) -> None:
@@ -237,6 +274,10 @@ def _print(out: dict[str, Any]) -> None:
         for t in b["transactions"]:
             line = f"  batch {b['batch']}: {t['transactional_id']}: {t['outcome']}"
             print(line + (f" ({t['reason']})" if t["reason"] else ""))
+    for c in out["copied"]:
+        print(f"copied forward: batch {c['batch']} ({', '.join(c['transactions'])})")
+    for c in out["not_copied"]:
+        print(f"not copied forward: batch {c['batch']}: {c['reason']}")
     if out["undecided_error"]:
         print(f"undecided: {out['undecided_error']}")
     if out["stuck"]:

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from twopc.protocol.copies import RepairPolicy, parse_policy
 from twopc.spark.errors import OptionError
 
 KAFKA_PREFIX = "kafka."
@@ -29,6 +30,7 @@ STORAGE_OPTIONS = "twopc.storageOptions"
 UNCONDITIONAL = "twopc.allowUnconditionalCreate"
 RATE_LIMITED = "twopc.sourceRateLimited"
 SOURCE_OFFSETS = "twopc.commitSourceOffsets"
+REPAIR = "twopc.repairPolicy"
 TOPIC = "topic"
 SPARK_CHECKPOINT = "checkpointLocation"
 # Spark adds this for every streaming sink; it is not ours to validate beyond reading it.
@@ -55,7 +57,7 @@ _KNOWN = {
     name.lower(): name
     for name in (
         CHECKPOINT, PREFIX, TIMEOUT, JOB_ID, SLOTS, MARGIN, BUDGET, STORAGE_OPTIONS, UNCONDITIONAL,
-        RATE_LIMITED, SOURCE_OFFSETS, TOPIC, SPARK_CHECKPOINT,
+        RATE_LIMITED, SOURCE_OFFSETS, REPAIR, TOPIC, SPARK_CHECKPOINT,
     )
 }
 
@@ -79,6 +81,8 @@ class SinkConfig:
     spark_checkpoint: str | None = None
     # Consumer group that gets each micro-batch's source offsets in the batch's transactions.
     source_offsets_group: str | None = None
+    # What repairs a batch whose decided transactions the broker aborted (protocol/copies.py).
+    repair_policy: RepairPolicy = RepairPolicy.AUTO
 
     def control_config(self) -> dict[str, str]:
         """The control client reads the same librdkafka-style keys (it ignores producer-only ones)."""
@@ -203,6 +207,12 @@ def parse_options(options: Mapping[str, Any], *, streaming: bool) -> SinkConfig:
                 f"option {SOURCE_OFFSETS} is for streaming queries that read Spark's Kafka source "
                 "(the offsets come from the query's offsets log); remove it from a batch write")
 
+    try:
+        policy = parse_policy(str(lowered.get(REPAIR.lower(), RepairPolicy.AUTO.value)))
+    except ValueError as exc:
+        raise OptionError(f"option {REPAIR}: {exc} (auto: copy the aborted records forward when "
+                          "the log still holds them, else repair with the re-run)") from None
+
     timeout = _int(lowered, TIMEOUT, DEFAULT_TIMEOUT_MS, MIN_TIMEOUT_MS)
     assert timeout is not None
     slots = _int(lowered, SLOTS, DEFAULT_SLOTS, 2)
@@ -222,4 +232,5 @@ def parse_options(options: Mapping[str, Any], *, streaming: bool) -> SinkConfig:
         source_rate_limited=_bool(lowered, RATE_LIMITED),
         spark_checkpoint=lowered.get(SPARK_CHECKPOINT.lower()),
         source_offsets_group=group,
+        repair_policy=policy,
     )

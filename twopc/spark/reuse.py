@@ -98,10 +98,14 @@ def open_gate(config: SinkConfig, owner: Owner) -> Gate:
 
 def _settings(config: SinkConfig, owner: Owner) -> DriverSettings:
     from twopc.driver.call import DriverSettings
+    from twopc.protocol.copies import RepairSettings
 
+    # Copy-forward's transactions are the sink's: its producer settings and timeout.
+    repair = RepairSettings(config.repair_policy, dict(config.producer_config),
+                            config.transaction_timeout_ms)
     if config.margin_ms is None:
-        return DriverSettings(owner)
-    return DriverSettings(owner, margin_ms=config.margin_ms)
+        return DriverSettings(owner, repair=repair)
+    return DriverSettings(owner, margin_ms=config.margin_ms, repair=repair)
 
 
 @contextmanager
