@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from twopc.control import SpanRecords
 from twopc.crashpoints import crash_point
 from twopc.driver.call import DriverCall
 from twopc.errors import CopyForwardFailed
-from twopc.executor.checksum import checksum_of
+from twopc.executor.checksum import checksum_of, warm_up
 from twopc.executor.rows import Row
 from twopc.executor.writer import write_partition
 from twopc.protocol.copies import (
@@ -50,6 +51,7 @@ from twopc.protocol.log_records import Copying, Duplicates
 from twopc.protocol.state import txn_key
 
 log = logging.getLogger("twopc")
+PARALLEL = 8  # sources read back, and copies written, at once
 
 
 @dataclass(frozen=True)
@@ -81,18 +83,28 @@ def read_back(call: DriverCall, source: Handle) -> tuple[list[SpanRecords], str 
 def check_sources(call: DriverCall, plan: CopyPlan
                   ) -> tuple[list[CopyCheck], dict[str, list[SpanRecords]]]:
     """Read back and verify every source of `plan` (reads only)."""
+    # The checksum's hashing imports pandas on first use: import it here, once, and not in two
+    # threads at once (a fresh driver process deadlocked importing it from the pool's threads).
+    warm_up()
     held = call.state.in_use()
     checks: list[CopyCheck] = []
     reads: dict[str, list[SpanRecords]] = {}
-    for source in plan.sources:
-        got, checksum = read_back(call, source)
-        check = verify_copy(source, got, checksum)
-        why = held.get(source.transactional_id)
-        if why is not None and check.verified:
-            check = CopyCheck(source, (f"its transactional id is in use: {why}",))
-        checks.append(check)
-        reads[source.transactional_id] = got
+    with ThreadPoolExecutor(_workers(plan.sources)) as pool:
+        for source, (got, checksum) in zip(
+                plan.sources, pool.map(lambda s: read_back(call, s), plan.sources), strict=True):
+            check = verify_copy(source, got, checksum)
+            why = held.get(source.transactional_id)
+            if why is not None and check.verified:
+                check = CopyCheck(source, (f"its transactional id is in use: {why}",))
+            checks.append(check)
+            reads[source.transactional_id] = got
     return checks, reads
+
+
+def _workers(sources: Sequence[Handle]) -> int:
+    # Each source is read, and written, on its own: a few at once hide the round trips (the
+    # control client's requests share one event loop; each copy has its own producer).
+    return max(1, min(PARALLEL, len(sources)))
 
 
 def try_copy(call: DriverCall, plan: CopyPlan, settings: RepairSettings) -> CopyOutcome:
@@ -116,12 +128,14 @@ def try_copy(call: DriverCall, plan: CopyPlan, settings: RepairSettings) -> Copy
     call.append(Copying(plan.batch, ids, tuple(txn_key(s) for s in plan.sources)))
     call.claim(ids, "a copy's producer")
     crash_point("copy.after_record")
-    copies: list[Handle] = []
-    for source in plan.sources:
-        copies.append(_write_copy(call, plan.batch, source, reads[source.transactional_id],
-                                  settings))
+    def write(source: Handle) -> Handle:
+        copy = _write_copy(call, plan.batch, source, reads[source.transactional_id], settings)
         crash_point("copy.after_write")
-    return CopyOutcome(decision, tuple(copies), dups, sum(h.record_count for h in copies))
+        return copy
+
+    with ThreadPoolExecutor(_workers(plan.sources)) as pool:
+        copies = tuple(pool.map(write, plan.sources))
+    return CopyOutcome(decision, copies, dups, sum(h.record_count for h in copies))
 
 
 def _write_copy(call: DriverCall, batch: str, source: Handle, reads: Sequence[SpanRecords],
