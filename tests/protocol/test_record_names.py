@@ -25,3 +25,16 @@ def test_owner_kinds_are_stored_by_value() -> None:
     assert [k.value for k in OwnerKind] == ["query", "job"]
     body = binding_body(Owner(OwnerKind.JOB, "orders", "p"))
     assert body["owner_kind"] == "job"
+
+
+def test_copying_is_stored_by_name_and_does_not_move_its_batch() -> None:
+    from twopc.protocol.log_records import Copying, Prepared
+    from twopc.protocol.state import fold
+
+    rec = Copying("7", ("p-3-0",), (("p-3-0", 12, 4),))
+    body = to_body(rec)
+    assert body == {"kind": "copying", "v": 1, "batch": "7", "ids": ["p-3-0"],
+                    "sources": [["p-3-0", 12, 4]]}
+    assert from_body(body) == rec
+    before = fold([(0, Prepared("7", ()))])
+    assert fold([(0, Prepared("7", ())), (1, rec)]).batch("7") == before.batch("7")
