@@ -22,6 +22,7 @@ Results: benchmarks/results/<name>.json.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import tempfile
 import time
@@ -77,6 +78,20 @@ def audit(bootstrap: str, topic: str, prefix: str, batch: str, n: int, records: 
     return str(report.summary())
 
 
+class PhaseLog(logging.Handler):
+    """Copy-forward's own line on its read and write times (copy_forward.py)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if "read back and verified" in text:
+            self.lines.append(text)
+            print(text, flush=True)
+
+
 class Driver:
     def __init__(self, bootstrap: str, log_url: str, prefix: str, policy: str) -> None:
         from checkpoint import open_log
@@ -107,6 +122,9 @@ def run(bootstrap: str, n: int, records: int, partitions: int) -> dict[str, Any]
         driver = Driver(bootstrap, log_url, prefix, mode)
         try:
             aborted_batch(bootstrap, log_url, prefix, topic, "0", n, records, partitions, driver)
+            phases = PhaseLog()
+            logging.getLogger("twopc").addHandler(phases)
+            logging.getLogger("twopc").setLevel(logging.INFO)
             began = time.perf_counter()
             if mode == "copy":
                 report = driver.coordinator.commit("0", [])
@@ -116,7 +134,8 @@ def run(bootstrap: str, n: int, records: int, partitions: int) -> dict[str, Any]
                 report = driver.coordinator.commit("0", rerun)
             seconds = time.perf_counter() - began
             assert report.status.value == ("copied" if mode == "copy" else "committed"), report
-            out[mode] = {"seconds": round(seconds, 3),
+            logging.getLogger("twopc").removeHandler(phases)
+            out[mode] = {"seconds": round(seconds, 3), "phases": phases.lines,
                          "records_per_s": round(n * records / seconds, 1),
                          "audit": audit(bootstrap, topic, prefix, "0", n, records)}
             print(f"{mode}: {n} transactions, {n * records} records in {seconds:.2f} s "
