@@ -150,7 +150,13 @@ class Coordinator:
                     if plan.losses or state.status is BatchStatus.ABORTED else None)
             not_copied: tuple[str, ...] = ()
             if copy is not None:
-                done = try_copy(call, copy, self.settings.repair)
+                try:
+                    done = try_copy(call, copy, self.settings.repair)
+                except CopyForwardFailed as exc:
+                    if handles:  # the re-run's rows are never to be committed: fenced now
+                        call.fence_recorded(Aborted(batch, tuple(handles),
+                                                    str(exc)[:2000], None))
+                    raise
                 if done.copies:
                     return self._commit_copies(call, state, done, offsets, recovery)
                 not_copied = done.decision.reasons
