@@ -128,8 +128,10 @@ def test_gone_records_fail_loudly_or_fall_back_to_the_rerun(
     for f in admin.delete_records([TopicPartition(span.topic, span.partition,
                                                   span.first_offset + 1)]).values():
         f.result(30)
+    rerun = rerun_with_other_rows(scenario)
     with pytest.raises(CopyForwardFailed, match="log start"):
-        driver(scenario, control, RepairPolicy.COPY).commit("0", rerun_with_other_rows(scenario))
+        driver(scenario, control, RepairPolicy.COPY).commit("0", rerun)
+    wait_not_ongoing(control, handles_of(rerun), limit_s=5)  # fenced, not left to time out
     # auto: the re-run repair as before copy-forward; it differs, so the loud error, naming why
     # the copy could not be made.
     with pytest.raises(DataLossError, match=r"not copied forward.*log start"):
