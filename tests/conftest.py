@@ -20,6 +20,7 @@ import pytest
 from tests.core.support import Scenario
 from twopc.broker import LocalKafka
 from twopc.control import ControlClient
+from twopc.crashpoints import TEST_HOOKS_VALUE, TEST_HOOKS_VAR
 from twopc.testing.brokers import (
     EXTERNAL,
     KafkaUnderTest,
@@ -30,6 +31,10 @@ from twopc.testing.brokers import (
 from twopc.testing.s3 import LocalS3, S3Server
 
 _startup_times: list[tuple[str, float]] = []
+
+# twopc's test hooks (TWOPC_CRASH_AT, TWOPC_PAUSE_AT, TWOPC_CLOCK_SKEW_MS) act only with this gate
+# set too (checkpoint/crash.py): every process the tests start inherits it from here.
+os.environ[TEST_HOOKS_VAR] = TEST_HOOKS_VALUE
 
 
 def _full_matrix() -> bool:

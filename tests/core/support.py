@@ -20,6 +20,7 @@ from checkpoint import open_log
 from twopc.audit import audit_topic, wait_until_stable
 from twopc.control import ControlClient, TxnState
 from twopc.coordinator import Coordinator
+from twopc.crashpoints import TEST_HOOKS_VAR
 from twopc.handle import Handle, WriteResult
 from twopc.pool import transactional_id
 from twopc.testing.brokers import KafkaUnderTest
@@ -116,7 +117,7 @@ def run_tasks(bootstrap: str, batch: str, txns: Sequence[dict[str, Any]], timeou
               crash_at: str | None = None,
               more_env: dict[str, str] | None = None) -> list[WriteResult] | None:
     spec = {"bootstrap": bootstrap, "batch": batch, "timeout_ms": timeout_ms, "txns": list(txns)}
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TWOPC_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TWOPC_") or k == TEST_HOOKS_VAR}
     env.update(more_env or {})
     if crash_at:
         env["TWOPC_CRASH_AT"] = crash_at
@@ -133,7 +134,7 @@ def run_driver(call: dict[str, Any], crash_at: str | None = None,
                env: dict[str, str] | None = None, stderr: bool = False) -> dict[str, Any]:
     """Run one driver call in a fresh process; {"killed": True} if it died by SIGKILL. With
     `stderr`, the answer's "stderr" holds the tail of the process's stderr (its log lines)."""
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("TWOPC_")}
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("TWOPC_") or k == TEST_HOOKS_VAR}
     full_env.update(env or {})
     if crash_at:
         full_env["TWOPC_CRASH_AT"] = crash_at
@@ -154,7 +155,7 @@ def run_driver(call: dict[str, Any], crash_at: str | None = None,
 @contextmanager
 def started_driver(call: dict[str, Any], env: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
     """A driver call running in the background (for the paused-driver tests)."""
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("TWOPC_")}
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("TWOPC_") or k == TEST_HOOKS_VAR}
     full_env.update(env)
     proc = subprocess.Popen([sys.executable, "-m", "tests.core.driver"], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
