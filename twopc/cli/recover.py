@@ -10,6 +10,7 @@ import sys
 from typing import Any, TextIO
 
 from checkpoint import CheckpointError, open_log
+from checkpoint.redact import redact_url
 from twopc.cli._common import (
     UsageError,
     add_checkpoint_args,
@@ -193,7 +194,7 @@ def _run(args: argparse.Namespace, coord: Coordinator) -> int:
     stuck = [stuck_batch(view, b) for b in sorted(view.state.batches.values(),
                                                   key=lambda b: b.last_seq)
              if b.status in (BatchStatus.PREPARED, BatchStatus.PARTIAL)]
-    out: dict[str, Any] = {"checkpoint": coord.log.url,
+    out: dict[str, Any] = {"checkpoint": redact_url(coord.log.url),
                            "binding": {"owner_kind": coord.binding.owner_kind,
                                        "owner_id": coord.binding.owner_id,
                                        "prefix": coord.binding.prefix},

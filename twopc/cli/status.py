@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from checkpoint import CheckpointError, open_log
+from checkpoint.redact import redact_url
 from twopc.cli._common import (
     UsageError,
     add_checkpoint_args,
@@ -166,7 +167,7 @@ def build_status(view: LogView, control: ControlClient | None, *, batches: int,
     held = [{"transactional_id": h.transactional_id, "batches": list(h.batches), "seq": h.seq,
              "reason": h.reason} for h in holds]
     return {
-        "checkpoint": view.log.url,
+        "checkpoint": redact_url(view.log.url),
         "binding": {"owner_kind": view.binding.owner_kind, "owner_id": view.binding.owner_id,
                     "prefix": view.binding.prefix},
         "last_seq": state.last_seq, "low_water_mark": view.low_water_mark,

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from checkpoint.redact import redacted_repr
 from twopc.control.errors import ConfigError
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -37,6 +38,9 @@ class ClientSettings:
     # How long retriable errors (coordinator moves, CONCURRENT_TRANSACTIONS) are retried.
     retry_timeout_s: float = 60.0
     connections_per_broker: int = 8
+
+    def __repr__(self) -> str:
+        return redacted_repr(self)  # sasl_password, ssl_key_password: masked
 
     @property
     def uses_ssl(self) -> bool:

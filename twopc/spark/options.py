@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from checkpoint.redact import redacted_repr
 from twopc.spark.errors import OptionError
 
 KAFKA_PREFIX = "kafka."
@@ -80,6 +81,10 @@ class SinkConfig:
     # Consumer group that gets each micro-batch's source offsets in the batch's transactions.
     source_offsets_group: str | None = None
 
+    def __repr__(self) -> str:
+        # kafka.sasl.password, ssl.key.password, OAuth client secrets, storage secrets: masked.
+        return redacted_repr(self)
+
     def control_config(self) -> dict[str, str]:
         """The control client reads the same librdkafka-style keys (it ignores producer-only ones)."""
         return dict(self.producer_config)
@@ -123,9 +128,11 @@ def _storage_options(options: Mapping[str, str]) -> dict[str, Any]:
         try:
             parsed = json.loads(raw) if isinstance(raw, str) else raw
         except json.JSONDecodeError as exc:
-            raise OptionError(f"option {STORAGE_OPTIONS} must be a JSON object: {exc}") from None
+            raise OptionError(f"option {STORAGE_OPTIONS} must be a JSON object of fsspec storage "
+                              f"options: {exc.msg} at character {exc.pos}") from None
         if not isinstance(parsed, dict):
-            raise OptionError(f"option {STORAGE_OPTIONS} must be a JSON object, got {raw!r}")
+            raise OptionError(f"option {STORAGE_OPTIONS} must be a JSON object of fsspec storage "
+                              f"options, got a {type(parsed).__name__}")
         result.update(parsed)
     for key, value in options.items():
         if key.startswith(STORAGE_PREFIX):
