@@ -33,7 +33,8 @@ class KeyExists(CheckpointError):
 
     def __init__(self, path: str, key: str) -> None:
         path = redact_url(path)
-        super().__init__(f"index key {key!r} already exists at {path}")
+        super().__init__(f"index key {key!r} already exists at {path}: index entries are created "
+                         "once; read it with index.get")
         self.path = path
         self.key = key
 
@@ -47,7 +48,8 @@ class RecordCorrupt(CheckpointError):
 
     def __init__(self, path: str, reason: str) -> None:
         path = redact_url(path)
-        super().__init__(f"corrupt checkpoint file {path}: {reason}")
+        super().__init__(f"corrupt checkpoint file {path}: {reason}. It is never skipped: restore "
+                         "the file from a backup of the storage")
         self.path = path
         self.reason = reason
 
@@ -135,7 +137,8 @@ class LogNotFound(CheckpointError):
 
     def __init__(self, url: str) -> None:
         url = redact_url(url)
-        super().__init__(f"no checkpoint log at {url}: the directory does not exist")
+        super().__init__(f"no checkpoint log at {url}: the directory does not exist; check the "
+                         "URL (a typo? a relative path resolved from another directory?)")
         self.url = url
 
 
@@ -144,7 +147,8 @@ class LogCorrupt(CheckpointError):
 
     def __init__(self, path: str, reason: str) -> None:
         path = redact_url(path)
-        super().__init__(f"checkpoint log {path} is corrupt: {reason}")
+        super().__init__(f"checkpoint log {path} is corrupt: {reason}. Do not append to it: "
+                         "investigate the storage and restore the log from a backup")
         self.path = path
         self.reason = reason
 
@@ -173,7 +177,8 @@ class RecordPurged(CheckpointError):
     def __init__(self, path: str, seq: int, low_water_mark: int) -> None:
         path = redact_url(path)
         super().__init__(
-            f"record {seq} of {path} is below the low-water mark {low_water_mark} (purged)"
+            f"record {seq} of {path} is below the low-water mark {low_water_mark} (purged): "
+            f"read from record {low_water_mark} on"
         )
         self.path = path
         self.seq = seq
@@ -199,7 +204,8 @@ class RecordBeyondEnd(CheckpointError):
 
     def __init__(self, path: str, seq: int, last: int | None) -> None:
         path = redact_url(path)
-        super().__init__(f"record {seq} of {path} does not exist: the latest record is {last}")
+        super().__init__(f"record {seq} of {path} does not exist: the latest record is {last}; "
+                         "nothing was written there yet, read up to the latest record")
         self.path = path
         self.seq = seq
         self.last = last
