@@ -175,11 +175,11 @@ class Log:
             _log.warning("ignoring unreadable pointer hint: %s", e)
             return None
         seq = payload.get("seq")
-        if not _is_seq(seq):
+        if not isinstance(seq, int) or not _is_seq(seq):
             _log.warning("ignoring the pointer hint %s: it names %r, not a record number",
                          self._where(POINTER), seq)
             return None
-        return int(seq)
+        return seq
 
     def low_water_mark(self) -> int:
         """Records below this number may have been purged; durable, only moves forward."""
