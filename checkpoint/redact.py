@@ -45,7 +45,8 @@ def is_secret_key(key: object) -> bool:
         return False
     if any(w in _SECRET_WORDS for w in words):
         return True
-    if words[-1] == "key" or low.endswith(("_key", "accountkey", "accesskey")):
+    if low == "key" or low.endswith(("_key", "-key", "accountkey", "accesskey", "private.key",
+                                     "secret.key", "api.key")):
         return True  # s3fs `key`, adlfs `account_key`: never a path (those end in .location)
     if "key" in words and "pem" in words:
         return True  # ssl.key.pem: the private key itself

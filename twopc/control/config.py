@@ -57,8 +57,12 @@ def parse_host_port(entry: str) -> tuple[str, int]:
         if text.upper().startswith(scheme):
             text = text[len(scheme):]
     host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise ConfigError(f"bootstrap.servers entry {entry!r} is not HOST:PORT")
+    if not sep or not host or not port.isascii() or not port.isdigit():
+        raise ConfigError(f"bootstrap.servers entry {entry!r} is not HOST:PORT: give the host "
+                          "and the port of a broker's listener, e.g. kafka-1:9092")
+    if not 1 <= int(port) <= 65535:
+        raise ConfigError(f"bootstrap.servers entry {entry!r}: port {int(port)} is not a TCP port "
+                          "(1 to 65535)")
     return host.strip("[]"), int(port)
 
 
