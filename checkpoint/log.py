@@ -34,6 +34,7 @@ from checkpoint.errors import (
 )
 from checkpoint.memo import Memo
 from checkpoint.record import Record
+from checkpoint.redact import redact_url
 from checkpoint.store import Store, open_store, probe_conditional_create
 
 _log = logging.getLogger(__name__)
@@ -426,5 +427,6 @@ def open_log(
     if problem is not None:
         if not allow_unconditional_create:
             raise ConditionalCreateUnsupported(url, problem)
-        _log.warning("log %s: %s; continuing, the caller accepted the risk", url, problem)
+        _log.warning("log %s: %s; continuing, the caller accepted the risk", redact_url(url),
+                     problem)
     return Log(store)

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from checkpoint import Log
-from checkpoint.redact import is_secret_key
+from checkpoint.redact import is_secret_key, redact_url
 from twopc.decisions import BatchState, BatchStatus, plan_repair
 from twopc.handle import Handle
 from twopc.records import Aborted
@@ -165,8 +165,8 @@ def view_of(log: Log) -> LogView:
     """The log's view; UsageError if no twopc log is there."""
     view = read_view(log)
     if view is None:
-        raise UsageError(f"{log.url} holds no twopc log (no binding): check the URL; a query that "
-                         "never committed a batch has nothing to show")
+        raise UsageError(f"{redact_url(log.url)} holds no twopc log (no binding): check the URL; a query "
+                         "that never committed a batch has nothing to show")
     return view
 
 
