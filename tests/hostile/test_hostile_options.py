@@ -90,6 +90,9 @@ def test_sparks_own_options_pass() -> None:
     ({"twopc.commitMarginMs": "60000"}, "below twopc.transactionTimeoutMs"),
     ({"twopc.transactionTimeoutMs": "4000"}, "twopc.commitMarginMs"),
     ({"twopc.taskBudgetMs": "59000"}, "twopc.taskBudgetMs"),
+    ({"topic": "orders events"}, "not a Kafka topic name"),
+    ({"topic": "x" * 250}, "not a Kafka topic name"),
+    ({"topic": ".."}, "not a Kafka topic name"),
 ])
 def test_bounds_name_the_fix(values: dict[str, str], needle: str) -> None:
     with pytest.raises(OptionError, match=needle):

@@ -51,6 +51,7 @@ _INT_RE = re.compile(r"^[+-]?[0-9]+$")
 # Namespaces whose near misses are refused (a misspelt twopc.* or kafka.* option would be ignored).
 _NAMESPACES = ("twopc", "kafka")
 _PREFIX_RE = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
+_TOPIC_RE = re.compile(r"^(?!\.{1,2}$)[A-Za-z0-9._-]{1,249}$")  # Kafka's own rule
 _JOB_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,200}$")
 
 # Producer settings twopc must own: changing them would break the protocol.
@@ -263,6 +264,9 @@ def parse_options(options: Mapping[str, Any], *, streaming: bool) -> SinkConfig:
     topic = lowered.get(TOPIC)
     if topic is not None and not str(topic).strip():
         raise OptionError("option topic is empty: give a topic name or leave the option out")
+    if topic is not None and not _TOPIC_RE.match(str(topic).strip()):
+        raise OptionError(f"option topic={str(topic)[:60]!r} is not a Kafka topic name: give 1-249 "
+                          "characters of letters, digits, '.', '_' or '-'")
 
     job_id = lowered.get(JOB_ID.lower())
     if streaming and job_id is not None:
