@@ -23,8 +23,13 @@ from tests.driver.support import Scenario
 from twopc.broker import LocalKafka
 from twopc.broker.under_test import EXTERNAL, KafkaUnderTest, requested_variants, start_kafka
 from twopc.control import ControlClient
+from twopc.crashpoints import TEST_HOOKS_VALUE, TEST_HOOKS_VAR
 
 _startup_times: list[tuple[str, float]] = []
+
+# twopc's test hooks (TWOPC_CRASH_AT, TWOPC_PAUSE_AT, TWOPC_CLOCK_SKEW_MS) act only with this gate
+# set too (checkpoint/crash.py): every process the tests start inherits it from here.
+os.environ[TEST_HOOKS_VAR] = TEST_HOOKS_VALUE
 
 
 def _full_matrix() -> bool:

@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from checkpoint.redact import redact_url
+
 
 class TwopcError(Exception):
     """Base class of the driver side's errors."""
@@ -68,6 +70,7 @@ class LogOwnershipLost(TwopcError):
     """Another driver appended to the checkpoint log first: this one must stop."""
 
     def __init__(self, url: str, seq: int) -> None:
+        url = redact_url(url)
         self.url = url
         self.seq = seq
         super().__init__(
@@ -81,6 +84,7 @@ class QueryMismatch(TwopcError):
     """The log belongs to another query or job (or another transactional id prefix)."""
 
     def __init__(self, url: str, bound: str, given: str) -> None:
+        url = redact_url(url)
         self.url = url
         self.bound = bound
         self.given = given
@@ -211,11 +215,13 @@ class InconsistentLog(TwopcError):
     """The checkpoint log holds records that contradict each other (or an unknown record kind)."""
 
     def __init__(self, url: str, seq: int, reason: str) -> None:
+        url = redact_url(url)
         self.url = url
         self.seq = seq
         super().__init__(
             f"checkpoint log {url}, record {seq}: {reason}. Recovery stops here rather than skip "
-            "it: inspect the log (twopc log dump) and repair or restore it"
+            f"it: inspect the log (`twopc log dump --checkpoint {url}`) and restore the record "
+            "from a backup of the storage"
         )
 
 

@@ -10,10 +10,13 @@ import sys
 from typing import Any, TextIO
 
 from checkpoint import CheckpointError, open_log
+from checkpoint.redact import redact_url
 from twopc.cli._common import (
     UsageError,
     add_checkpoint_args,
+    bootstrap_servers,
     client_settings,
+    integer,
     print_stuck,
     storage_options,
     stuck_batch,
@@ -60,12 +63,13 @@ def register(sub: Any) -> None:
         description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_checkpoint_args(p)
-    p.add_argument("--bootstrap-servers", required=True, metavar="HOST:PORT[,...]")
+    p.add_argument("--bootstrap-servers", required=True, metavar="HOST:PORT[,...]",
+                   type=bootstrap_servers)
     p.add_argument("--resolve", metavar="BATCH", help="record a decision for this stuck batch")
     p.add_argument("--decision", choices=DECISIONS, help="with --resolve: committed or aborted")
     p.add_argument("--note", help="with --resolve: who decided and why (kept in the log)")
     p.add_argument("--yes", action="store_true", help="with --resolve: do not ask for confirmation")
-    p.add_argument("--settle-wait-ms", type=int, default=60000,
+    p.add_argument("--settle-wait-ms", type=integer(0, 2**31 - 1, "milliseconds"), default=60000,
                    help="how long the log check waits for a partition to become stable")
     p.add_argument("--allow-unconditional-create", action="store_true",
                    help="accept a storage backend without atomic create-if-absent (risky)")
@@ -155,6 +159,8 @@ def _recover(args: argparse.Namespace) -> int:
     control: ControlClient | None = None
     try:
         _validate(args)
+        # A misspelt URL must not become a new, empty log: look before opening for writing.
+        view_of(open_log(args.checkpoint, storage_options(args), read_only=True))
         log = open_log(args.checkpoint, storage_options(args),
                        allow_unconditional_create=args.allow_unconditional_create)
         owner = view_of(log).owner
@@ -194,7 +200,7 @@ def _run(args: argparse.Namespace, recovery: Recovery) -> int:
     stuck = [stuck_batch(view, b) for b in sorted(view.state.batches.values(),
                                                   key=lambda b: b.last_seq)
              if b.status in (BatchStatus.PREPARED, BatchStatus.PARTIAL)]
-    out: dict[str, Any] = {"checkpoint": recovery.log.url,
+    out: dict[str, Any] = {"checkpoint": redact_url(recovery.log.url),
                            "binding": {"owner_kind": recovery.owner.kind.value,
                                        "owner_id": recovery.owner.owner_id,
                                        "prefix": recovery.owner.prefix},

@@ -12,10 +12,14 @@ from collections.abc import Callable
 from typing import Any
 
 from checkpoint import CheckpointError, open_log
+from checkpoint.redact import redact_url
 from twopc.cli._common import (
     UsageError,
     add_checkpoint_args,
+    bootstrap_servers,
     client_settings,
+    integer,
+    number,
     print_stuck,
     spans_of,
     storage_options,
@@ -58,9 +62,11 @@ def register(sub: Any) -> None:
     )
     add_checkpoint_args(p)
     p.add_argument("--bootstrap-servers", default=None, metavar="HOST:PORT[,...]",
+                   type=bootstrap_servers,
                    help="also ask the broker about the transactions (DescribeTransactions)")
-    p.add_argument("--batches", type=int, default=10, help="how many recent batches to show")
-    p.add_argument("--warn-ratio", type=float, default=0.5,
+    p.add_argument("--batches", type=integer(0, 1_000_000, "a number of batches"), default=10,
+                   help="how many recent batches to show (0: none)")
+    p.add_argument("--warn-ratio", type=number(0.0, 1000.0, "a ratio"), default=0.5,
                    help="warn when an open transaction's age / timeout reaches this (default 0.5)")
     p.add_argument("--json", action="store_true", help="machine-readable output (docs/operations.md)")
     p.set_defaults(handler=_status)
@@ -167,7 +173,7 @@ def build_status(view: LogView, control: ControlClient | None, *, batches: int,
     held = [{"transactional_id": h.transactional_id, "batches": list(h.batches), "seq": h.seq,
              "reason": h.reason} for h in holds]
     return {
-        "checkpoint": view.log.url,
+        "checkpoint": redact_url(view.log.url),
         "binding": {"owner_kind": view.owner.kind.value, "owner_id": view.owner.owner_id,
                     "prefix": view.owner.prefix},
         "last_seq": state.last_seq, "low_water_mark": view.low_water_mark,
@@ -246,9 +252,12 @@ def _status(args: argparse.Namespace) -> int:
         if args.bootstrap_servers:
             control = ControlClient({**client_settings(args),
                                      "bootstrap.servers": args.bootstrap_servers})
+        notes: list[str] = []
         report = build_status(view, control, batches=args.batches, warn_ratio=args.warn_ratio,
                               now_ms=time.time_ns() // 1_000_000,
-                              figures_of=journal_figures(args.checkpoint, storage_options(args)))
+                              figures_of=journal_figures(args.checkpoint, storage_options(args),
+                                                         notes))
+        report["journal_errors"] = notes
     except UsageError as exc:
         return fail(str(exc))
     except (CheckpointError, InconsistentLog) as exc:
@@ -265,21 +274,26 @@ def _status(args: argparse.Namespace) -> int:
     return 0 if report["healthy"] else 1
 
 
-def journal_figures(url: str, options: dict[str, Any]
+def journal_figures(url: str, options: dict[str, Any], notes: list[str] | None = None
                     ) -> Callable[[str], dict[str, Any] | None]:
-    """A reader of the journal's commit figures; a journal that cannot be read shows none (it is
-    a hint for people, never part of the protocol)."""
+    """A reader of the journal's commit figures. The journal is a hint for people, never part of
+    the protocol: a file of it that cannot be read shows no figures, and why goes to `notes`
+    (the report's `journal_errors`), never into the exit code."""
+    from twopc.spark.errors import JournalError
     from twopc.spark.journal import Journal
 
+    found_notes = notes if notes is not None else []
     try:
         journal = Journal(url, options)
-    except (OSError, ValueError):
+    except (OSError, ValueError, ImportError) as exc:
+        found_notes.append(f"the observe journal beside {redact_url(url)} cannot be opened: {exc}")
         return lambda _batch: None
 
     def figures(batch: str) -> dict[str, Any] | None:
         try:
             entry = journal.read_batch(batch)
-        except OSError:
+        except (OSError, JournalError) as exc:
+            found_notes.append(str(exc))
             return None
         found = entry.get("figures") if entry else None
         return {**found, "at_ms": entry["at_ms"]} if isinstance(found, dict) and entry else None
@@ -350,6 +364,8 @@ def print_status(r: dict[str, Any]) -> None:
     print_source_offsets(r.get("source_offsets"))
     for w in r["warnings"]:
         print(f"WARN {w}")
+    for note in r.get("journal_errors", []):
+        print(f"note: {note}")
     if not r["broker_checked"]:
         print("(broker not asked: give --bootstrap-servers for transaction states and orphans)")
     print("status: healthy" if r["healthy"] else

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from checkpoint.redact import redacted_repr
 from twopc.control.errors import ConfigError
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -38,6 +39,9 @@ class ClientSettings:
     retry_timeout_s: float = 60.0
     connections_per_broker: int = 8
 
+    def __repr__(self) -> str:
+        return redacted_repr(self)  # sasl_password, ssl_key_password: masked
+
     @property
     def uses_ssl(self) -> bool:
         return self.security_protocol in ("SSL", "SASL_SSL")
@@ -53,8 +57,12 @@ def parse_host_port(entry: str) -> tuple[str, int]:
         if text.upper().startswith(scheme):
             text = text[len(scheme):]
     host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise ConfigError(f"bootstrap.servers entry {entry!r} is not HOST:PORT")
+    if not sep or not host or not port.isascii() or not port.isdigit():
+        raise ConfigError(f"bootstrap.servers entry {entry!r} is not HOST:PORT: give the host "
+                          "and the port of a broker's listener, e.g. kafka-1:9092")
+    if not 1 <= int(port) <= 65535:
+        raise ConfigError(f"bootstrap.servers entry {entry!r}: port {int(port)} is not a TCP port "
+                          "(1 to 65535)")
     return host.strip("[]"), int(port)
 
 

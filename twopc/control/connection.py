@@ -103,8 +103,12 @@ class BrokerConnection:
         except ssl.SSLError as exc:
             raise self._tls_error(exc) from exc
         except (OSError, asyncio.TimeoutError) as exc:
+            why = str(exc) or (f"no answer within {s.connect_timeout_s:g} s "
+                               "(socket.connection.setup.timeout.ms)"
+                               if isinstance(exc, asyncio.TimeoutError) else type(exc).__name__)
             raise BrokerConnectionError(
-                f"cannot connect to broker {self.host}:{self.port}: {exc or 'timed out'}") from exc
+                f"cannot connect to broker {self.host}:{self.port}: {why}; check the address "
+                "and port, and that a broker listens there") from exc
         self._reader_task = asyncio.get_running_loop().create_task(self._read_loop())
         try:
             await self._negotiate()

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from twopc.control.errors import error_name
 from twopc.errors import TwopcError
+from twopc.protocol import plain as pd
 from twopc.protocol.handle import Handle
 
 if TYPE_CHECKING:
@@ -90,12 +91,16 @@ class SourceOffsets:
 
     @classmethod
     def from_obj(cls, obj: Any) -> SourceOffsets:
-        if not isinstance(obj, dict):
-            raise ValueError(f"source offsets must be a map, got {obj!r:.200}")
-        carrier = obj.get("carrier")
-        return cls(str(obj["group"]),
-                   tuple((str(t), int(p), int(o)) for t, p, o in obj["offsets"]),
-                   None if carrier is None else str(carrier))
+        """Read stored offsets back strictly (twopc/plain.py); ValueError names the field."""
+        obj = pd.mapping(obj, "source offsets")
+        rows = []
+        for raw in pd.items(pd.field(obj, "offsets", "source offsets' offsets"), "offsets"):
+            topic, partition, offset = pd.row(raw, "source offset", 3)
+            rows.append((pd.text(topic, "source topic"),
+                         pd.integer(partition, "source partition", 0, pd.INT32_MAX),
+                         pd.integer(offset, "source offset")))
+        return cls(pd.text(pd.field(obj, "group", "source offsets' group"), "group"), tuple(rows),
+                   pd.opt_text(obj.get("carrier"), "carrier"))
 
 
 def normalized(group: str, offsets: Iterable[TopicOffset]) -> SourceOffsets:

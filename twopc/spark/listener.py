@@ -33,6 +33,7 @@ from pyspark.sql.streaming.listener import (
     StreamingQueryListener,
 )
 
+from checkpoint.redact import redact_url
 from twopc.spark.journal import Journal
 from twopc.spark.options import parse_options
 
@@ -142,7 +143,7 @@ class TwopcProgressListener(StreamingQueryListener):
         if entry is None or entry.get("owner_id") != query_id:
             if entry is None and not quiet_if_missing:
                 _log.debug("twopc listener: no figures for batch %s of query %s in %s",
-                           batch_id, query_id, self._journal.url)
+                           batch_id, query_id, redact_url(self._journal.url))
             return None
         recovery = self._report_recovery(query_id)
         if recovery is None and entry.get("recovery") and entry["recovery"].get("acted"):

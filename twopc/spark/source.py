@@ -23,6 +23,7 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
+from checkpoint.redact import redact_url
 from twopc.driver.observe import show_in_worker_log
 from twopc.errors import QueryMismatch
 from twopc.protocol.handle import WriteResult
@@ -174,7 +175,7 @@ class Kafka2pcDataSource(DataSource):
         if committed:
             _log.warning(
                 "twopc: job %s is already committed in %s: this run writes nothing",
-                config.job_id, config.checkpoint_url,
+                config.job_id, redact_url(config.checkpoint_url),
             )
         return BatchWriter(config, owner, config.job_id, committed)
 
