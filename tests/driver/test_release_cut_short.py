@@ -27,6 +27,7 @@ import json
 import os
 import signal
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,7 @@ from twopc.audit import audit_topic, partition_offsets, wait_until_stable
 from twopc.control import ControlClient, EndTxnRequest, LogOutcome, TxnState
 from twopc.control import faults as f
 from twopc.errors import DataLossError, StrandedUnreleased
-from twopc.records import Committed, Prepared, Released, Stranded, from_body
+from twopc.records import Committed, Orphans, Prepared, Released, Stranded, from_body
 from twopc.session import Session
 from twopc.testing.brokers import KafkaUnderTest
 
@@ -51,11 +52,14 @@ RELEASE_TIMEOUT_MS = 6000
 
 
 def _committed_in_log(broker: KafkaUnderTest, stuck: StuckCommit, make_topic: Callable[..., str],
-                      tmp_path: Path, control: ControlClient) -> Scenario:
-    """A query whose log holds the stranded transaction as committed batch 0 (intent, then
+                      tmp_path: Path, control: ControlClient, prefix: str | None = None
+                      ) -> Scenario:
+    """A query (id prefix `prefix`, by default one that covers the stranded id without making it
+    a pool id) whose log holds the stranded transaction as committed batch 0 (intent, then
     committed: EndTxn had answered)."""
     scenario = Scenario(broker, (make_topic(2), make_topic(2)),
-                        str(tmp_path / "log"), prefix=stuck.transactional_id.rsplit("-", 1)[0])
+                        str(tmp_path / "log"),
+                        prefix=prefix or stuck.transactional_id.rsplit("-", 1)[0])
     coord = scenario.coordinator(control)
     coord.bind()
     session = Session(coord.log)
@@ -171,6 +175,41 @@ def test_a_release_whose_end_txn_was_dropped_is_finished_by_the_next_check(
                                                   RELEASE_TIMEOUT_MS / 1000 + 30)
     third = scenario.coordinator(clients()).recover()
     facts["third_check"] = third.summary() or "nothing to recover"
+    print(json.dumps(facts, default=str))
+    _audit_exactly_once(broker, stuck)
+    assert second is None, f"the half-done release was not finished: {second}"
+
+
+def test_recoverys_own_sweep_must_not_fence_a_half_done_release(
+        broker: KafkaUnderTest, make_topic: Callable[..., str], tmp_path: Path,
+        clients: Callable[..., ControlClient]) -> None:
+    """As production names ids: the stranded commit's id is one of the query's pool
+    (`{prefix}-{p}-{slot}`). Recovery releases it first, and its sweep then lists the pool's open
+    transactions and fences those no pending intent names: the half-done release is one of them
+    (a held id is not protected), and the fence's ABORT markers end the committed records. No
+    timeout is needed: one dropped EndTxn and the same recover() call lose the batch."""
+    prefix = f"q{uuid.uuid4().hex[:8]}"
+    stuck = _stranded_commit(broker, make_topic, transactional_id=f"{prefix}-0-0")
+    faulty = clients(faulty=True)
+    scenario = _committed_in_log(broker, stuck, make_topic, tmp_path, faulty, prefix)
+    facts: dict[str, Any] = {"variant": broker.variant}
+    first: Exception | None = None
+    with f.injected(_drop_end_txn(stuck.transactional_id)) as plan:
+        try:
+            scenario.coordinator(faulty).recover()
+        except Exception as exc:  # the release failed: StrandedUnreleased (loud, so far)
+            first = exc
+    assert plan.fired
+    facts["first_check"] = repr(first)[:300]
+    facts["swept"] = [r.ids for r in _log_records(scenario) if isinstance(r, Orphans)]
+    facts["after_first_check"] = str(faulty.describe_transactions(
+        [stuck.transactional_id])[stuck.transactional_id])
+    second: Exception | None = None
+    try:
+        scenario.coordinator(clients()).recover()
+    except Exception as exc:
+        second = exc
+    facts["second_check"] = repr(second)[:300]
     print(json.dumps(facts, default=str))
     _audit_exactly_once(broker, stuck)
     assert second is None, f"the half-done release was not finished: {second}"
