@@ -36,15 +36,15 @@ import pytest
 
 from checkpoint import open_log
 from tests.broker.test_restart_mid_commit import StuckCommit, _stranded_commit
-from tests.core.support import Scenario, started_driver
-from tests.core.test_stranded_running import _handle_of
-from twopc.audit import audit_topic, partition_offsets, wait_until_stable
+from tests.driver.support import Scenario, started_driver
+from tests.driver.test_stranded_running import _handle_of
+from twopc.broker.under_test import KafkaUnderTest
 from twopc.control import ControlClient, EndTxnRequest, LogOutcome, TxnState
 from twopc.control import faults as f
 from twopc.errors import DataLossError, StrandedUnreleased
-from twopc.records import Committed, Orphans, Prepared, Released, Stranded, from_body
-from twopc.session import Session
-from twopc.testing.brokers import KafkaUnderTest
+from twopc.log.session import Session
+from twopc.ops.audit import audit_topic, partition_offsets, wait_until_stable
+from twopc.protocol.log_records import Committed, Orphans, Prepared, Released, Stranded, from_body
 
 pytestmark = [pytest.mark.integration, pytest.mark.only_variants("kafka4-tv2", "kafka4-tv0")]
 
@@ -60,7 +60,7 @@ def _committed_in_log(broker: KafkaUnderTest, stuck: StuckCommit, make_topic: Ca
     scenario = Scenario(broker, (make_topic(2), make_topic(2)),
                         str(tmp_path / "log"),
                         prefix=prefix or stuck.transactional_id.rsplit("-", 1)[0])
-    coord = scenario.coordinator(control)
+    coord = scenario.driver(control)
     coord.bind()
     session = Session(coord.log)
     session.append(Committed("0", session.append(Prepared("0", (_handle_of(stuck, control),))),
@@ -98,7 +98,7 @@ def _cut_short_in_process(scenario: Scenario, control: ControlClient, stuck: Stu
     (nor do its retries): recover() says so (StrandedUnreleased, release failed at end_txn)."""
     with f.injected(_drop_end_txn(stuck.transactional_id)) as plan, \
             pytest.raises(StrandedUnreleased, match="release failed at end_txn"):
-        scenario.coordinator(control).recover()
+        scenario.driver(control).recover()
     assert plan.fired and {x.transactional_id for x in plan.fired} == {stuck.transactional_id}
 
 
@@ -165,7 +165,7 @@ def test_a_release_whose_end_txn_was_dropped_is_finished_by_the_next_check(
     # The next check runs while the release's transaction is still open: it must finish it.
     second: Exception | None = None
     try:
-        scenario.coordinator(faulty).recover()
+        scenario.driver(faulty).recover()
     except Exception as exc:  # today: StrandedUnreleased, "Ongoing with epoch e+1: a live writer"
         second = exc
     facts["second_check"] = repr(second)
@@ -173,7 +173,7 @@ def test_a_release_whose_end_txn_was_dropped_is_finished_by_the_next_check(
     # a restarted driver recovers.
     facts["release_ended_as"] = _wait_not_ongoing(faulty, stuck.transactional_id, epoch,
                                                   RELEASE_TIMEOUT_MS / 1000 + 30)
-    third = scenario.coordinator(clients()).recover()
+    third = scenario.driver(clients()).recover()
     facts["third_check"] = third.summary() or "nothing to recover"
     print(json.dumps(facts, default=str))
     _audit_exactly_once(broker, stuck)
@@ -196,7 +196,7 @@ def test_recoverys_own_sweep_must_not_fence_a_half_done_release(
     first: Exception | None = None
     with f.injected(_drop_end_txn(stuck.transactional_id)) as plan:
         try:
-            scenario.coordinator(faulty).recover()
+            scenario.driver(faulty).recover()
         except Exception as exc:  # the release failed: StrandedUnreleased (loud, so far)
             first = exc
     assert plan.fired
@@ -206,7 +206,7 @@ def test_recoverys_own_sweep_must_not_fence_a_half_done_release(
         [stuck.transactional_id])[stuck.transactional_id])
     second: Exception | None = None
     try:
-        scenario.coordinator(clients()).recover()
+        scenario.driver(clients()).recover()
     except Exception as exc:
         second = exc
     facts["second_check"] = repr(second)[:300]
@@ -288,7 +288,7 @@ def _assert_loud_loss(broker: KafkaUnderTest, scenario: Scenario, control: Contr
     facts["after_abort_log_check"] = {p: c.describe() for p, c in checks.items()}
     print(json.dumps(facts, default=str))
     assert all(c.outcome is LogOutcome.ABORTED for c in checks.values()), facts
-    coord = scenario.coordinator(control)
+    coord = scenario.driver(control)
     with pytest.raises(DataLossError) as raised:
         report = coord.recover()
         print("recover() said:", report.summary() or "nothing to recover")
@@ -310,11 +310,11 @@ def test_a_lost_answer_of_the_release_end_txn_is_harmless(
     plan = f.FaultPlan((f.Fault("END_TXN", f.Action.DROP_ANSWER,
                                 transactional_id=stuck.transactional_id),))
     with f.injected(plan), pytest.raises(StrandedUnreleased, match="release failed at end_txn"):
-        scenario.coordinator(faulty).recover()
+        scenario.driver(faulty).recover()
     assert plan.fired
     d = faulty.describe_transactions([stuck.transactional_id])[stuck.transactional_id]
     assert d.state in (TxnState.PREPARE_COMMIT, TxnState.COMPLETE_COMMIT), d
-    again = scenario.coordinator(clients()).recover()
+    again = scenario.driver(clients()).recover()
     cleared = [r.cleared for r in _log_records(scenario) if isinstance(r, Stranded)]
     assert any(stuck.transactional_id in c for c in cleared), (again.summary(), cleared)
     _audit_exactly_once(broker, stuck)
@@ -350,5 +350,5 @@ def test_end_txn_commit_at_the_described_epoch_finishes_a_half_done_release(
     for p in stuck.stuck:  # one COMMIT marker per released partition
         assert after[p][1] == before[p][1] + 1, (before, after)
     # Recovery then clears the hold (the partitions are stable and the spans committed).
-    scenario.coordinator(clients()).recover()
+    scenario.driver(clients()).recover()
     _audit_exactly_once(broker, stuck)

@@ -21,16 +21,16 @@ import uuid
 from collections.abc import Callable
 
 import pytest
+from twopc_testing.offsets import stable_group_offsets
 
-from tests.core.support import Scenario, wait_not_ongoing
-from twopc.audit import audit_topic
+from tests.driver.support import Scenario, wait_not_ongoing
 from twopc.control import ControlClient
 from twopc.control import faults as f
-from twopc.decisions import BatchOutcome
 from twopc.errors import BatchPartlyCommitted
-from twopc.handle import WriteResult
-from twopc.source_offsets import SourceOffsets
-from twopc.testing.offsets import stable_group_offsets
+from twopc.ops.audit import audit_topic
+from twopc.protocol.handle import WriteResult
+from twopc.protocol.offsets import SourceOffsets
+from twopc.protocol.verdicts import BatchOutcome
 
 pytestmark = pytest.mark.integration
 
@@ -70,7 +70,7 @@ def _assert_group_not_past_aborted_records(scenario: Scenario, group: str, sourc
 
 def _repair_and_audit(scenario: Scenario, control: ControlClient, group: str, source: str,
                       offsets: SourceOffsets) -> None:
-    coord = scenario.coordinator(control)
+    coord = scenario.driver(control)
     assert coord.commit("1", scenario.write("1"), offsets).status == "repaired"
     assert stable_group_offsets(scenario.broker.config(), group, [(source, 0), (source, 1)]) == {
         (source, 0): 20, (source, 1): 9}
@@ -81,7 +81,7 @@ def _repair_and_audit(scenario: Scenario, control: ControlClient, group: str, so
 def test_the_fresh_commit_does_not_commit_the_carrier_after_another_transaction_timed_out(
         scenario: Scenario, control: ControlClient, make_topic: Callable[..., str]) -> None:
     source, group = make_topic(2), f"g-{uuid.uuid4().hex[:8]}"
-    coord = scenario.coordinator(control, margin_ms=200)
+    coord = scenario.driver(control, margin_ms=200)
     assert coord.commit("0", scenario.write("0"), _ends(group, source, 5, 5)).status == "committed"
     scenario.expect("0")
     before = {(source, 0): 5, (source, 1): 5}
@@ -103,7 +103,7 @@ def test_the_fresh_commit_does_not_commit_the_carrier_after_another_transaction_
 def test_recovery_does_not_roll_the_carrier_forward_after_another_transaction_timed_out(
         scenario: Scenario, control: ControlClient, make_topic: Callable[..., str]) -> None:
     source, group = make_topic(2), f"g-{uuid.uuid4().hex[:8]}"
-    coord = scenario.coordinator(control)
+    coord = scenario.driver(control)
     assert coord.commit("0", scenario.write("0"), _ends(group, source, 5, 5)).status == "committed"
     scenario.expect("0")
     before = {(source, 0): 5, (source, 1): 5}
@@ -114,7 +114,7 @@ def test_recovery_does_not_roll_the_carrier_forward_after_another_transaction_ti
     assert scenario.drive("commit", "1", results, margin_ms=200, offsets=offsets.to_obj(),
                           crash_at="coordinator.after_endtxn_1") == {"killed": True}
     wait_not_ongoing(control, [r.handle for r in results[LATE:LATE + 1] if r.handle is not None])
-    report = scenario.coordinator(control).recover()
+    report = scenario.driver(control).recover()
     assert report.batches[0].outcome is BatchOutcome.PARTIAL, report.summary()
     assert report.batches[0].lost_partitions == [LATE], report.summary()
     _assert_group_not_past_aborted_records(scenario, group, source, before)
