@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from checkpoint.redact import redact_url
 
@@ -49,6 +50,36 @@ class DataLossError(TwopcError):
             "is not deterministic (or the partitioning changed): resolve the batch by hand with "
             "`twopc recover --resolve` (Coordinator.resolve) once you have decided what to keep"
         )
+
+
+class StrandedCommitAborted(DataLossError):
+    """Committed records were aborted after their commit: the broker lost their commit markers,
+    and the transaction that held them open ended as aborted before a release could commit it (a
+    release cut short and then aborted by its timeout, or an operator's abort or fence). The log
+    check proves it; twopc keeps the id held and raises this at every check until an operator
+    acknowledges it (`twopc recover --acknowledge-loss`)."""
+
+    def __init__(self, lost: Sequence[tuple[str, Any, str]]) -> None:
+        # (batch, handle, what the log check said) for each visible handle of the held ids
+        self.lost = tuple(lost)
+        batches = sorted({b for b, _, _ in self.lost})
+        Exception.__init__(self, (
+            "DATA LOSS: committed records were aborted after their commit (their commit markers "
+            "were lost by a broker, and the transaction holding them open ended as aborted before "
+            "twopc's release could commit it): "
+            + "; ".join(f"batch {b}, transactional id {h.transactional_id}, {h.record_count} "
+                        f"records of Spark partition {h.task_partition} at "
+                        + ", ".join(f"{s.topic}[{s.partition}]@{s.first_offset}" for s in h.spans)
+                        + f" ({why})" for b, h, why in self.lost)
+            + ". read_committed consumers will never see them. The records are still in the "
+            "topic until retention removes them (read_uncommitted, from the offsets named). "
+            "twopc holds the ids and reports this at every check; once the loss is handled, "
+            "record it with `twopc recover --checkpoint URL --acknowledge-loss BATCH --note "
+            "'who and why'`"))
+        self.batch = batches[0] if batches else ""
+        self.partitions = tuple(PartitionLoss(h.task_partition, h.record_count, None,
+                                              f"aborted after its commit: {why}")
+                                for _, h, why in self.lost)
 
 
 class UndecidedError(TwopcError):

@@ -214,7 +214,7 @@ class ControlClient:
 
     def release_stranded(self, transactional_id: str, partitions: Sequence[tuple[str, int]],
                          producer_id: int | None = None,
-                         timeout_ms: int = 60000) -> ReleaseResult:
+                         timeout_ms: int | None = None) -> ReleaseResult:
         """End a committed transaction whose commit markers never reached `partitions`.
 
         A broker killed mid-commit can record CompleteCommit without writing the markers (see
@@ -227,12 +227,16 @@ class ControlClient:
         InitProducerId aborts whatever transaction the id holds open: call it only for an id no
         live writer uses. With `producer_id`, stop (error PRODUCER_ID_CHANGED) if the id now has
         another producer id: that producer's markers cannot end the stranded transaction.
+        The release's own transaction timeout: `timeout_ms`, by default the client's
+        `twopc.control.release.timeout.ms` (15 minutes; 1 minute where the broker allows less),
+        the time a later check has to commit a release cut short before its EndTxn.
         """
         parts = tuple(sorted(dict.fromkeys((str(t), int(p)) for t, p in partitions)))
         if not parts:
             raise ValueError("release_stranded needs at least one partition")
+        timeout = self._settings.release_timeout_ms if timeout_ms is None else timeout_ms
         return self._call(tx.release_stranded(self._cluster, transactional_id, parts, producer_id,
-                                              timeout_ms))
+                                              timeout))
 
     # --- the log ---------------------------------------------------------------------------
 
@@ -241,11 +245,12 @@ class ControlClient:
         return self._call(pa.fetch_at(self._cluster, topic, partition, offset,
                                          uuid.UUID(topic_id) if topic_id else None))
 
-    def last_stable_offsets(self, partitions: Sequence[tuple[str, int]]
-                            ) -> dict[tuple[str, int], int]:
+    def last_stable_offsets(self, partitions: Sequence[tuple[str, int]],
+                            budget_s: float | None = None) -> dict[tuple[str, int], int]:
         """Each partition's last stable offset (ListOffsets LATEST at read_committed), one request
-        per leader. A partition whose leader answers an error is left out."""
-        return self._call(pa.last_stable(self._cluster, sorted(set(partitions))))
+        per leader. A partition whose leader answers an error is left out. `budget_s`: retry a
+        partition without a reachable leader for that long at most (else the retry settings)."""
+        return self._call(pa.last_stable(self._cluster, sorted(set(partitions)), budget_s))
 
     def wait_stable(self, past: Mapping[tuple[str, int], int], within_s: float
                     ) -> dict[tuple[str, int], int]:
@@ -256,19 +261,21 @@ class ControlClient:
         return self._call(pa.wait_stable(self._cluster, dict(past), within_s))
 
     def log_check(self, topic: str, partition: int, offset: int, producer_id: int, epoch: int,
-                  topic_id: str | None = None) -> LogCheckResult:
+                  topic_id: str | None = None, budget_s: float | None = None) -> LogCheckResult:
         """What the log says of the transaction of (`producer_id`, `epoch`) whose first record in
-        this partition is at `offset`. NOT_YET_STABLE means: ask again later."""
+        this partition is at `offset`. NOT_YET_STABLE means: ask again later. `budget_s`: retry
+        a leader that cannot be reached for that long at most (else the retry settings)."""
         return self._call(pa.log_check(self._cluster, topic, partition, offset, producer_id, epoch,
-                                          topic_id))
+                                       topic_id, budget_s))
 
-    def describe_producers(self, partitions: Sequence[tuple[str, int]]
+    def describe_producers(self, partitions: Sequence[tuple[str, int]],
+                           budget_s: float | None = None
                            ) -> dict[tuple[str, int], pm.ProducerState]:
         """The active producers of each partition, with the start offset of their open transaction
         (which names who holds the last stable offset back) and their last sequence number; one
         request per leader. A partition whose leader still answers an error once the retries are
-        spent is returned with that error."""
-        return self._call(pa.describe_producers(self._cluster, sorted(set(partitions))))
+        spent (or `budget_s`) is returned with that error."""
+        return self._call(pa.describe_producers(self._cluster, sorted(set(partitions)), budget_s))
 
     # --- consumer group offsets (twopc.commitSourceOffsets; group_messages.py) -------------
 

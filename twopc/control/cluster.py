@@ -26,9 +26,11 @@ T = TypeVar("T")
 class Backoff:
     """Exponential backoff with jitter inside a deadline: bounded retries, never a busy loop."""
 
-    def __init__(self, settings: ClientSettings) -> None:
+    def __init__(self, settings: ClientSettings, budget_s: float | None = None) -> None:
         loop = asyncio.get_running_loop()
-        self._deadline = loop.time() + settings.retry_timeout_s
+        budget = settings.retry_timeout_s if budget_s is None else min(budget_s,
+                                                                         settings.retry_timeout_s)
+        self._deadline = loop.time() + budget
         self._delay = settings.retry_backoff_s
         self._max = settings.retry_backoff_max_s
         self.attempts = 0

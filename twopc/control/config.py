@@ -38,6 +38,10 @@ class ClientSettings:
     # How long retriable errors (coordinator moves, CONCURRENT_TRANSACTIONS) are retried.
     retry_timeout_s: float = 60.0
     connections_per_broker: int = 8
+    # A stranded commit's release is a transaction of its own (ControlClient.release_stranded):
+    # cut short before its EndTxn, it must stay open until a later check commits it, so it asks
+    # for the broker's default maximum (transaction.max.timeout.ms), not the producer's minute.
+    release_timeout_ms: int = 900000
 
     def __repr__(self) -> str:
         return redacted_repr(self)  # sasl_password, ssl_key_password: masked
@@ -141,6 +145,7 @@ def settings_from_config(config: Mapping[str, object]) -> ClientSettings:
         retry_backoff_max_s=_ms(cfg, "retry.backoff.max.ms", 1000),
         retry_timeout_s=_ms(cfg, "twopc.control.retry.timeout.ms", 60000),
         connections_per_broker=int(per_broker),
+        release_timeout_ms=int(_ms(cfg, "twopc.control.release.timeout.ms", 900000) * 1000),
     )
 
 

@@ -14,6 +14,7 @@ import os
 import ssl
 import struct
 
+from twopc.control import faults
 from twopc.control import messages as m
 from twopc.control.config import ClientSettings, tls_failure_advice
 from twopc.control.errors import (
@@ -177,7 +178,15 @@ class BrokerConnection:
         return resp.auth_bytes
 
     async def request(self, api: ApiKey, version: int, body: bytes) -> Reader:
-        """Send one request and wait for its response body (pipelined with any others)."""
+        """Send one request and wait for its response body (pipelined with any others). A test
+        may have armed an injected fault for it (faults.py; never in production)."""
+        fault = faults.pick(api, version, body)
+        if fault is None:
+            return await self._request(api, version, body)
+        return await faults.apply(fault, api, f"{self.host}:{self.port}",
+                                  lambda: self._request(api, version, body), self._fail)
+
+    async def _request(self, api: ApiKey, version: int, body: bytes) -> Reader:
         if self._failure is not None:
             raise BrokerConnectionError(f"connection to {self.host}:{self.port} is broken: "
                                         f"{self._failure}")

@@ -192,9 +192,16 @@ async def fence_one(cluster: Cluster, tid: str, timeout_ms: int) -> FenceResult:
     return FenceResult(tid, resp.producer_id, resp.producer_epoch)
 
 
+# What a broker whose transaction.max.timeout.ms is below the release's asks for instead.
+FALLBACK_RELEASE_TIMEOUT_MS = 60000
+
+
 async def release_stranded(cluster: Cluster, tid: str, parts: tuple[tuple[str, int], ...],
-                   expected_pid: int | None, timeout_ms: int) -> ReleaseResult:
+                           expected_pid: int | None, timeout_ms: int) -> ReleaseResult:
     init = await fence_one(cluster, tid, timeout_ms)
+    if init.error == "INVALID_TRANSACTION_TIMEOUT" and timeout_ms > FALLBACK_RELEASE_TIMEOUT_MS:
+        # Refused before anything changed: the broker allows less; ask for the producer default.
+        init = await fence_one(cluster, tid, FALLBACK_RELEASE_TIMEOUT_MS)
     if init.error is not None:
         return ReleaseResult(tid, -1, -1, parts, init.error, "init_producer_id")
     pid, epoch = init.producer_id, init.epoch

@@ -231,7 +231,7 @@ class Coordinator:
         # open before and after the EndTxns alike. (On the settling path its answer is unused.)
         listing = self.control.start_list_transactions(self.owner.prefix,
                                                        states=[TxnState.ONGOING])
-        answers = _end_in_order(call, handles)
+        answers = _end_in_order(call, handles, carrier=offsets is not None)
         fates = {txn_key(h): fate_of_end_txn(answers.get(h.transactional_id)) for h in handles}
         if any(v.fate is not Fate.COMMITTED for v in fates.values()):
             # Some EndTxn answers prove nothing: the log check decides, exactly as in recovery.
@@ -310,7 +310,12 @@ class Coordinator:
         return fig
 
 
-def _end_in_order(call: DriverCall, handles: Sequence[Handle]) -> dict[str, EndTxnOutcome]:
+def _end_in_order(call: DriverCall, handles: Sequence[Handle],
+                  carrier: bool) -> dict[str, EndTxnOutcome]:
+    """EndTxn(commit) of the first handle, then all but the last, then the last. With `carrier`
+    (the last carries the batch's source offsets), the last only if every other one answered
+    committed: otherwise it is left to the settling (settle.py), which commits it only once the
+    log proves the others committed, and fences it if one was aborted."""
     reqs = [EndTxnRequest(h.transactional_id, h.producer_id, h.epoch, True) for h in handles]
     answers = dict(call.end_txns(reqs[:1]))
     crash_point("coordinator.after_endtxn_1")
@@ -318,7 +323,8 @@ def _end_in_order(call: DriverCall, handles: Sequence[Handle]) -> dict[str, EndT
         if len(reqs) > 2:
             answers.update(call.end_txns(reqs[1:-1]))
         crash_point("coordinator.after_endtxn_n_minus_1")
-        answers.update(call.end_txns(reqs[-1:]))
+        if not carrier or all(a.committed for a in answers.values()):
+            answers.update(call.end_txns(reqs[-1:]))
     crash_point("coordinator.after_all_endtxn")
     return answers
 

@@ -29,7 +29,9 @@ from typing import TYPE_CHECKING, Any
 from twopc.control.errors import error_name
 from twopc.errors import TwopcError
 from twopc.protocol import plain as pd
+from twopc.protocol.enums import TextEnum
 from twopc.protocol.handle import Handle
+from twopc.protocol.verdicts import Fate
 
 if TYPE_CHECKING:
     pass
@@ -177,6 +179,28 @@ def carrier_of(handles: Sequence[Handle]) -> Handle | None:
     (coordinator.py `_end_in_order`), so the offsets never become visible before the rest of the
     batch. None: the batch has no transaction."""
     return handles[-1] if handles else None
+
+
+class CarrierAction(TextEnum):
+    COMMIT = "commit"  # every other transaction of the batch is proven committed
+    FENCE = "fence"  # another was aborted: the group must not move past its source records
+    WAIT = "wait"  # another is not proven either way: leave the carrier open, nothing guessed
+
+
+def carrier_action(others: Iterable[Fate]) -> CarrierAction:
+    """What to do with an open carrier, given the fates of the batch's other transactions.
+
+    The carrier moves the group past the batch's source records; a consumer failing over from
+    the group then skips them. So it commits only once every other transaction of the batch is
+    proven committed; if one was aborted (the earliest tasks' transactions time out first), the
+    carrier is fenced and the offsets move only with the repair that makes every record visible.
+    """
+    fates = list(others)
+    if any(f is Fate.ABORTED for f in fates):
+        return CarrierAction.FENCE
+    if all(f is Fate.COMMITTED for f in fates):
+        return CarrierAction.COMMIT
+    return CarrierAction.WAIT
 
 
 def needs_offsets(recorded: SourceOffsets | None, visible_ids: Iterable[str]) -> bool:

@@ -81,6 +81,9 @@ class StrandedHold:
     batches: tuple[str, ...]  # whose committed handles hold the id
     seq: int  # the first record holding it (purge keeps it, and those batches, in the log)
     reason: str
+    # The partitions a recorded release of the id added to its transaction: a transaction of the
+    # id open on exactly those is that release, cut short before its EndTxn (verdicts.judge).
+    released: frozenset[tuple[str, int]] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -126,7 +129,9 @@ def fold(records: Iterable[tuple[int, LogRecord]], url: str = "", start_seq: int
         last = seq
         if isinstance(rec, Released):
             for tid in rec.ids:
-                _hold(holds, tid, rec.batches, seq, "its release was recorded, not confirmed")
+                parts = frozenset((topic, p) for t, topic, p in rec.partitions if t == tid)
+                _hold(holds, tid, rec.batches, seq, "its release was recorded, not confirmed",
+                      parts)
             continue
         if isinstance(rec, Stranded):
             for tid in rec.cleared:
@@ -142,12 +147,13 @@ def fold(records: Iterable[tuple[int, LogRecord]], url: str = "", start_seq: int
 
 
 def _hold(holds: dict[str, StrandedHold], tid: str, batches: Sequence[str], seq: int,
-          reason: str) -> None:
+          reason: str, released: frozenset[tuple[str, int]] = frozenset()) -> None:
     old = holds.get(tid)
     if old is not None:
         batches = (*old.batches, *batches)
         seq = min(seq, old.seq)
-    holds[tid] = StrandedHold(tid, tuple(sorted(set(batches))), seq, reason)
+        released = old.released | released
+    holds[tid] = StrandedHold(tid, tuple(sorted(set(batches))), seq, reason, released)
 
 
 class Step(enum.Enum):
