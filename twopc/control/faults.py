@@ -19,8 +19,8 @@ Switching it on:
   transactional_id=tid),))) as plan: ...``; `plan.fired` lists what fired;
 - another process (a driver or worker a test starts, and kills): write the plan with
   `write_control(path, plan)` and start the process with BOTH environment variables
-  ``TWOPC_CONTROL_FAULTS=<path>`` and ``TWOPC_TEST_ONLY_FAULTS=break-exactly-once`` (exactly that
-  value). The file is re-read when it changes (a test may switch faults while the child runs);
+  ``TWOPC_CONTROL_FAULTS=<path>`` and ``TWOPC_TEST_HOOKS=crash-points-for-tests-only`` (exactly
+  that value: the one switch of every test hook, checkpoint/crash.py). The file is re-read when it changes (a test may switch faults while the child runs);
   no file means no fault. With `log` set in the plan, each firing is appended to that file as
   one JSON line (`read_fired`).
 
@@ -46,6 +46,7 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any, TypeVar
 
+from checkpoint.crash import TEST_HOOKS_VALUE, TEST_HOOKS_VAR
 from twopc.control.errors import BrokerConnectionError, ControlError
 from twopc.control.messages import ApiKey, is_flexible
 from twopc.control.protocol import Reader
@@ -54,8 +55,9 @@ T = TypeVar("T")
 log = logging.getLogger("twopc.control.faults")
 
 CONTROL_ENV = "TWOPC_CONTROL_FAULTS"
-ARM_ENV = "TWOPC_TEST_ONLY_FAULTS"
-ARM_VALUE = "break-exactly-once"
+# One switch arms every test hook of twopc (crash points, pauses, clock skew, these faults).
+ARM_ENV = TEST_HOOKS_VAR
+ARM_VALUE = TEST_HOOKS_VALUE
 
 # The APIs whose request body starts with the transactional id (classic or compact string).
 TXN_ID_FIRST = frozenset({ApiKey.INIT_PRODUCER_ID, ApiKey.ADD_PARTITIONS_TO_TXN,
