@@ -20,9 +20,9 @@ Switching it on:
 - another process (a driver or worker a test starts, and kills): write the plan with
   `write_control(path, plan)` and start the process with BOTH environment variables
   ``TWOPC_CONTROL_FAULTS=<path>`` and ``TWOPC_TEST_HOOKS=crash-points-for-tests-only`` (exactly
-  that value: the one switch of every test hook, checkpoint/crash.py). The file is re-read when it changes (a test may switch faults while the child runs);
-  no file means no fault. With `log` set in the plan, each firing is appended to that file as
-  one JSON line (`read_fired`).
+  that value: the one switch of every test hook, checkpoint/crash.py). The file is re-read when
+  it changes (a test may switch faults while the child runs); no file means no fault. With `log`
+  set in the plan, each firing is appended to that file as one JSON line (`read_fired`).
 
 Why production cannot switch it on by accident: nothing in twopc calls `install`; the file path
 alone does nothing without the arming variable with its exact value (a path without it is ignored,
