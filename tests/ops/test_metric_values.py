@@ -9,8 +9,8 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.parser import text_string_to_metric_families
 
+from tests.ops.scrape import parse
 from twopc.control import TransactionDescription, TransactionListing, TxnState
 from twopc.control.partition_messages import ActiveProducer, ProducerState
 from twopc.ops.metric_values import (
@@ -142,9 +142,8 @@ def scrape(holds: list[PartitionHold]) -> dict[tuple[str, tuple[tuple[str, str],
 
     registry = CollectorRegistry()
     registry.register(Once())
-    text = generate_latest(registry).decode()
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
+            for s in parse(generate_latest(registry).decode())}
 
 
 def handle(tid: str, pid: int, epoch: int, p: int = 0) -> Handle:
