@@ -69,6 +69,10 @@ def test_names_are_case_insensitive_and_values_keep_case() -> None:
         ({"twopc.storageOptions": "[1]"}, None, "JSON object"),
         ({"topic": " "}, None, "topic is empty"),
         ({"twopc.jobId": "j1"}, None, "for batch writes"),
+        ({"twopc.metricsPort": "65536"}, None, "at most 65535"),
+        ({"twopc.metricsPort": "-1"}, None, "at least 0"),
+        ({"twopc.metricsPort": "http"}, None, "must be an integer"),
+        ({"twopc.metricPort": "9478"}, None, "did you mean twopc.metricsPort"),
     ],
 )
 def test_bad_options_name_the_problem(extra: dict[str, str], drop: str | None, needle: str) -> None:
@@ -77,6 +81,14 @@ def test_bad_options_name_the_problem(extra: dict[str, str], drop: str | None, n
         del options[drop]
     with pytest.raises(OptionError, match=needle.replace("(", r"\(")):
         parse_options(lower(options), streaming=True)
+
+
+def test_metrics_port_is_for_streaming_queries() -> None:
+    assert parse_options(lower(BASE), streaming=True).metrics_port is None
+    config = parse_options(lower({**BASE, "twopc.metricsPort": "9478"}), streaming=True)
+    assert config.metrics_port == 9478
+    with pytest.raises(OptionError, match="twopc metrics"):
+        parse_options({**BASE, "twopc.metricsPort": "9478", "twopc.jobId": "j"}, streaming=False)
 
 
 def test_storage_options_from_json_and_prefixed_keys() -> None:
