@@ -26,7 +26,7 @@ import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.streaming.listener import (
     QueryIdleEvent,
@@ -37,10 +37,11 @@ from pyspark.sql.streaming.listener import (
 )
 
 from checkpoint.redact import redact_url
-from twopc.ops.metrics import MetricsServer
 from twopc.spark.journal import Journal
-from twopc.spark.metrics import start_metrics
 from twopc.spark.options import parse_options
+
+if TYPE_CHECKING:
+    from twopc.ops.metrics import MetricsServer
 
 LOGGER_NAME = "twopc.spark.listener"
 _log = logging.getLogger(LOGGER_NAME)
@@ -80,7 +81,12 @@ class TwopcProgressListener(StreamingQueryListener):
         self._created_ms = time.time_ns() // 1_000_000
         self._last_recovery_at = self._created_ms
         self._last_batch: dict[str, int] = {}
-        self.metrics: MetricsServer | None = start_metrics(config)
+        self.metrics: MetricsServer | None = None
+        if config.metrics_port is not None:
+            # Imported here: the executors import twopc.spark and never serve metrics.
+            from twopc.spark.metrics import start_metrics
+
+            self.metrics = start_metrics(config)
 
     def stop_metrics(self) -> None:
         """Stop serving the metrics (twopc.metricsPort); the listener goes on reporting."""
