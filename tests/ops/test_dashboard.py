@@ -52,7 +52,7 @@ def test_names_follow_prometheus_conventions() -> None:
             continue  # a count: its samples end in _total
         # A gauge or histogram says its unit (or what it is: a ratio, a flag, an info metric).
         assert name.endswith(("_seconds", "_records", "_offset", "_ratio", "_up", "_info",
-                              "_transactions")), f"{name}: no unit in the name"
+                              "_transactions", "_partitions")), f"{name}: no unit in the name"
 
 
 def test_the_dashboard_names_only_what_the_exporter_emits() -> None:

@@ -48,6 +48,7 @@ def test_scrape_while_a_batch_holds_partitions_open_and_after(
     samples = scrape(exporter.url)
     assert value(samples, "twopc_exporter_cluster_up") == 1
     assert value(samples, "twopc_exporter_checkpoint_up") == 1
+    assert value(samples, "twopc_exporter_unreadable_partitions") == 0
     pinned = pins(samples)
     assert len(pinned) == 4 == len(handles)
     for h in handles:

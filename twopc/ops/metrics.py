@@ -103,6 +103,7 @@ class TwopcCollector(Collector):
         self._cluster_up = 0
         self._checkpoint_up = 0
         self._duration = 0.0
+        self._unreadable = 0
         self._problems: dict[str, str] = {}
         self._follow = JournalFollow(time.time_ns() // 1_000_000)
         self.batches = Counter("twopc_batches", "Driver calls per batch (commit, abort), by outcome.",
@@ -179,6 +180,12 @@ class TwopcCollector(Collector):
         holds_or_none = self._guard("cluster", strict, self._read_cluster, None)
         self._cluster_up = int(holds_or_none is not None)
         holds = holds_or_none or []
+        unreadable = sorted(f"{h.topic}-{h.partition}: {h.error}" for h in holds if h.error)
+        self._unreadable = len(unreadable)
+        if unreadable and self._problems.get("partitions") != unreadable[0]:
+            _log.warning("twopc metrics: %d partition(s) not read whole, e.g. %s (their pins or "
+                         "holdback are left out)", len(unreadable), unreadable[0])
+        self._problems["partitions"] = unreadable[0] if unreadable else ""
         self._duration = time.monotonic() - began
         self._looked_at = time.monotonic()
         self._families = [*partition_families(holds), *self._exporter_families()]
@@ -194,7 +201,8 @@ class TwopcCollector(Collector):
         except (ControlError, CheckpointError, TwopcError, OSError, ValueError) as exc:
             if strict:
                 raise
-            error = redact_text(f"{type(exc).__name__}: {exc}", self.target.client_config)
+            error = redact_text(f"{type(exc).__name__}: {exc}",
+                                {**self.target.client_config, **self.target.storage_options})
             result = failed
         else:
             if self._problems.pop(what, None) is not None:
@@ -307,6 +315,12 @@ class TwopcCollector(Collector):
                                        "1 if the checkpoint log (and its owner) could be read.")
             log_up.add_metric([], self._checkpoint_up)
             out.append(log_up)
+        unread = GaugeMetricFamily("twopc_exporter_unreadable_partitions",
+                                   "Partitions whose offsets or producers the last look could not "
+                                   "read (no leader, no READ on the topic): their holdback or pin "
+                                   "is left out.")
+        unread.add_metric([], self._unreadable)
+        out.append(unread)
         took = GaugeMetricFamily("twopc_exporter_look_duration_seconds",
                                  "How long the last look at the cluster and the log took.")
         took.add_metric([], self._duration)
