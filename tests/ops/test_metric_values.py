@@ -216,6 +216,10 @@ def test_the_journal_counts_each_entry_once_and_only_what_came_after_the_start()
         (2, Prepared("1", (handle("q-0-1", 1, 1),))), (3, Committed("1", 2, ()))]
     assert follow.batches_to_read(fold(records[:2])) == ["0"]
     assert follow.batches_to_read(fold(records)) == ["1", "0"]  # changed, then the recent ones
+    late = JournalFollow(since_ms=1000, recent=1)  # started on a log with batches: the last only
+    assert late.batches_to_read(fold(records)) == ["1"]
+    more = [*records, (4, Prepared("2", (handle("q-0-0", 1, 2),))), (5, Committed("2", 4, ()))]
+    assert late.batches_to_read(fold(more)) == ["2"]
     assert follow.take_batch("0", "commit", entry("0", 999)) is None  # before the start
     obs = follow.take_batch("1", "commit", entry("1", 1500))
     assert obs is not None and (obs.batch, obs.outcome, obs.latency_s) == ("1", "committed", 0.25)

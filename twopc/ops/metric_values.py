@@ -347,13 +347,17 @@ class JournalFollow:
     def __init__(self, since_ms: int, recent: int = 3) -> None:
         self.since_ms = since_ms
         self.recent = recent
+        self._looked = False
         self._last_seq: dict[str, int] = {}
         self._seen: set[tuple[str, str, int]] = set()
         self._recoveries: deque[tuple[str, int, bool]] = deque(maxlen=200)
 
     def batches_to_read(self, state: LogState) -> list[str]:
+        # At the first look, what changed before the start is not news: only the recent ones
+        # may have an entry written since.
         changed = [b.batch for b in state.batches.values()
-                   if self._last_seq.get(b.batch) != b.last_seq]
+                   if self._looked and self._last_seq.get(b.batch) != b.last_seq]
+        self._looked = True
         latest = [b.batch for b in sorted(state.batches.values(), key=lambda b: b.last_seq)]
         self._last_seq = {b.batch: b.last_seq for b in state.batches.values()}
         # What was counted of batches the log no longer holds (purged) need not be remembered.
