@@ -33,6 +33,7 @@ def holdback(samples: list[Sample], topic: str, partition: int) -> float | None:
                  partition=str(partition))
 
 
+@pytest.mark.all_variants  # DescribeProducers, ListTransactions by producer id: on every broker
 def test_scrape_while_a_batch_holds_partitions_open_and_after(
         scenario: Scenario, control: ControlClient, exporter: MetricsServer) -> None:
     assert scenario.drive("commit", "0", scenario.write("0")).get("ok"), "batch 0 commits"
