@@ -149,3 +149,17 @@ def test_acks_other_than_all_is_refused_on_the_driver(option: dict[str, str]) ->
     config = parse_options(lower({**BASE, **option}), streaming=False)
     with pytest.raises(OptionError, match="`acks` must be set to `all`"):
         check_producer_config(config)
+
+
+def test_a_metrics_port_in_use_is_an_option_error_naming_it() -> None:
+    from twopc.spark.metrics import start_metrics
+
+    first = start_metrics(parse_options({**BASE, "twopc.metricsPort": "0"}, streaming=True))
+    assert first is not None and first.port > 0  # started without asking the cluster anything
+    try:
+        taken = parse_options({**BASE, "twopc.metricsPort": str(first.port)}, streaming=True)
+        with pytest.raises(OptionError, match=f"twopc.metricsPort={first.port}: cannot listen"):
+            start_metrics(taken)
+        assert start_metrics(parse_options(BASE, streaming=True)) is None
+    finally:
+        first.stop()
