@@ -69,6 +69,10 @@ def test_names_are_case_insensitive_and_values_keep_case() -> None:
         ({"twopc.storageOptions": "[1]"}, None, "JSON object"),
         ({"topic": " "}, None, "topic is empty"),
         ({"twopc.jobId": "j1"}, None, "for batch writes"),
+        ({"twopc.metricsPort": "65536"}, None, "at most 65535"),
+        ({"twopc.metricsPort": "-1"}, None, "at least 0"),
+        ({"twopc.metricsPort": "http"}, None, "must be an integer"),
+        ({"twopc.metricPort": "9478"}, None, "did you mean twopc.metricsPort"),
     ],
 )
 def test_bad_options_name_the_problem(extra: dict[str, str], drop: str | None, needle: str) -> None:
@@ -77,6 +81,14 @@ def test_bad_options_name_the_problem(extra: dict[str, str], drop: str | None, n
         del options[drop]
     with pytest.raises(OptionError, match=needle.replace("(", r"\(")):
         parse_options(lower(options), streaming=True)
+
+
+def test_metrics_port_is_for_streaming_queries() -> None:
+    assert parse_options(lower(BASE), streaming=True).metrics_port is None
+    config = parse_options(lower({**BASE, "twopc.metricsPort": "9478"}), streaming=True)
+    assert config.metrics_port == 9478
+    with pytest.raises(OptionError, match="twopc metrics"):
+        parse_options({**BASE, "twopc.metricsPort": "9478", "twopc.jobId": "j"}, streaming=False)
 
 
 def test_storage_options_from_json_and_prefixed_keys() -> None:
@@ -137,3 +149,17 @@ def test_acks_other_than_all_is_refused_on_the_driver(option: dict[str, str]) ->
     config = parse_options(lower({**BASE, **option}), streaming=False)
     with pytest.raises(OptionError, match="`acks` must be set to `all`"):
         check_producer_config(config)
+
+
+def test_a_metrics_port_in_use_is_an_option_error_naming_it() -> None:
+    from twopc.spark.metrics import start_metrics
+
+    first = start_metrics(parse_options({**BASE, "twopc.metricsPort": "0"}, streaming=True))
+    assert first is not None and first.port > 0  # started without asking the cluster anything
+    try:
+        taken = parse_options({**BASE, "twopc.metricsPort": str(first.port)}, streaming=True)
+        with pytest.raises(OptionError, match=f"twopc.metricsPort={first.port}: cannot listen"):
+            start_metrics(taken)
+        assert start_metrics(parse_options(BASE, streaming=True)) is None
+    finally:
+        first.stop()

@@ -32,6 +32,7 @@ STORAGE_OPTIONS = "twopc.storageOptions"
 UNCONDITIONAL = "twopc.allowUnconditionalCreate"
 RATE_LIMITED = "twopc.sourceRateLimited"
 SOURCE_OFFSETS = "twopc.commitSourceOffsets"
+METRICS_PORT = "twopc.metricsPort"
 TOPIC = "topic"
 SPARK_CHECKPOINT = "checkpointLocation"
 # Spark adds this for every streaming sink; it is not ours to validate beyond reading it.
@@ -67,7 +68,7 @@ _KNOWN = {
     name.lower(): name
     for name in (
         CHECKPOINT, PREFIX, TIMEOUT, JOB_ID, SLOTS, MARGIN, BUDGET, STORAGE_OPTIONS, UNCONDITIONAL,
-        RATE_LIMITED, SOURCE_OFFSETS, TOPIC, SPARK_CHECKPOINT,
+        RATE_LIMITED, SOURCE_OFFSETS, METRICS_PORT, TOPIC, SPARK_CHECKPOINT,
     )
 }
 
@@ -91,6 +92,8 @@ class SinkConfig:
     spark_checkpoint: str | None = None
     # Consumer group that gets each micro-batch's source offsets in the batch's transactions.
     source_offsets_group: str | None = None
+    # Where TwopcProgressListener serves the metrics exporter in the driver (0: any free port).
+    metrics_port: int | None = None
 
     def __repr__(self) -> str:
         # kafka.sasl.password, ssl.key.password, OAuth client secrets, storage secrets: masked.
@@ -285,6 +288,12 @@ def parse_options(options: Mapping[str, Any], *, streaming: bool) -> SinkConfig:
                 f"option {SOURCE_OFFSETS} is for streaming queries that read Spark's Kafka source "
                 "(the offsets come from the query's offsets log); remove it from a batch write")
 
+    metrics_port = _int(lowered, METRICS_PORT, None, 0, 65535)
+    if metrics_port is not None and not streaming:
+        raise OptionError(
+            f"option {METRICS_PORT} is for streaming queries (TwopcProgressListener serves the "
+            "metrics in the driver); remove it from a batch write and run `twopc metrics` beside "
+            "the job instead")
     timeout = _int(lowered, TIMEOUT, DEFAULT_TIMEOUT_MS, MIN_TIMEOUT_MS, MAX_TIMEOUT_MS)
     assert timeout is not None
     slots = _int(lowered, SLOTS, DEFAULT_SLOTS, 2, MAX_SLOTS)
@@ -307,4 +316,5 @@ def parse_options(options: Mapping[str, Any], *, streaming: bool) -> SinkConfig:
         source_rate_limited=_bool(lowered, RATE_LIMITED),
         spark_checkpoint=lowered.get(SPARK_CHECKPOINT.lower()),
         source_offsets_group=group,
+        metrics_port=metrics_port,
     )
