@@ -160,9 +160,10 @@ class Coordinator:
             return report
         raise AssertionError("an open intent survived its own settling")  # settle records outcomes
 
-    def abort(self, batch: str, results: Sequence[WriteResult | None]) -> AbortReport:
+    def abort(self, batch: str, results: Sequence[WriteResult | None],
+              reason: str = "Spark aborted the batch") -> AbortReport:
         """Spark's abort: roll an open intent forward (it is the commit decision), and fence the
-        handles in `results` that no intent names."""
+        handles in `results` that no intent names (`reason`: why, in their record)."""
         began = time.monotonic()
         handles, _ = _handles_of(batch, results, allow_failed=True)
         call = self.open_call()
@@ -182,8 +183,7 @@ class Coordinator:
             if state.status is BatchStatus.COMMITTED:
                 report.fenced = call.fence_recorded(Duplicates(batch, ids))
             else:
-                report.fenced = call.fence_recorded(
-                    Aborted(batch, others, "Spark aborted the batch", None))
+                report.fenced = call.fence_recorded(Aborted(batch, others, reason[:2000], None))
         except TwopcError as exc:
             self._observe("abort", batch, type(exc).__name__, results, 0, began)
             raise

@@ -10,6 +10,7 @@ worker keeps is only a speed-up (reuse.py).
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -29,6 +30,8 @@ from twopc.spark.reuse import DriverSide, driver_side
 
 if TYPE_CHECKING:
     from twopc.driver.recovery_report import RecoveryReport
+
+_log = logging.getLogger("twopc")
 
 
 def job_owner(config: SinkConfig) -> Owner:
@@ -108,8 +111,11 @@ def commit_batch(config: SinkConfig, owner: Owner, batch: str, results: list[Wri
 STRAGGLER_WAIT_S = 4.0
 
 
-def abort_batch(config: SinkConfig, owner: Owner, batch: str, results: list[WriteResult]) -> None:
-    """Spark's abort (or a failed job): the core's abort, then a sweep of the prefix.
+def abort_batch(config: SinkConfig, owner: Owner, batch: str, results: list[WriteResult], *,
+                reason: str = "Spark aborted the batch", stragglers: bool = True) -> str:
+    """Spark's abort (or a failed job or commit): the core's abort, then a sweep of the prefix.
+    Returns what became of an open intent: "rolled_forward" (settled as recovery does) or
+    "fenced" (there was none). `reason` goes into the record of the fenced transactions.
 
     A failed task's message is None (on PySpark 4.3 a failed job hands abort() None for *every*
     task, the successful ones too), so the pre-committed transactions of this batch are unknown to
@@ -120,19 +126,64 @@ def abort_batch(config: SinkConfig, owner: Owner, batch: str, results: list[Writ
     still running may pre-commit just after the first sweep. PySpark kills an interrupted task's
     Python worker within spark.python.task.killTimeout (2 s by default), so a second sweep after
     STRAGGLER_WAIT_S finds what such tasks left open (seen in tests: a job failed by one bad row, its
-    other tasks' transactions open until their timeout).
+    other tasks' transactions open until their timeout). Without `stragglers` (every task had
+    finished: a failed commit) one sweep is enough.
     """
     began = time.monotonic()
     with _observed_call(config, owner, "abort", batch, results, began) as side:
-        aborted = side.coordinator.abort(batch, results)
+        aborted = side.coordinator.abort(batch, results, reason)
         rolled = report_recovery(config, owner, aborted.recovery, "abort")
         swept = report_recovery(config, owner, side.recovery.recover(), "abort")
-        time.sleep(STRAGGLER_WAIT_S)
-        again = report_recovery(config, owner, side.recovery.recover(), "abort")
-        swept = again if again is not None and again["acted"] else swept
+        if stragglers:
+            time.sleep(STRAGGLER_WAIT_S)
+            again = report_recovery(config, owner, side.recovery.recover(), "abort")
+            swept = again if again is not None and again["acted"] else swept
     outcome = "rolled_forward" if aborted.recovery is not None else "fenced"
     record_batch(config, owner, batch, _figures_of("abort", batch, outcome, results, began),
                  rolled or swept)
+    return outcome
+
+
+def settle_failed_commit(config: SinkConfig, owner: Owner, batch: str,
+                         results: list[WriteResult], failure: BaseException) -> None:
+    """After a commit of `batch` (foreachBatch, write_exactly_once) raised `failure`: settle the
+    batch as Spark's abort() does for the data source, then let the caller raise `failure`.
+
+    Whatever failed (the checkpoint storage before or after the intent, the control client, a
+    guard), the batch's pre-committed transactions may still be open, holding read_committed
+    consumers back until transaction.timeout.ms: an intent recorded (its write may have landed
+    though it reported an error) is the commit decision and is rolled forward, the batch's other
+    transactions are fenced, and the prefix is swept. Every task had finished, so one sweep is
+    enough. `failure` gets a note saying what became of the batch (committed or not visible);
+    if settling fails too, the note says that instead (the next run's recovery settles it).
+    """
+    what = f"job {batch}" if owner.kind is OwnerKind.JOB else f"batch {batch}"
+    try:
+        outcome = abort_batch(config, owner, batch, results, stragglers=False, reason=(
+            f"the commit failed: {type(failure).__name__}: {failure}")[:1000])
+        with driver_side(config, owner) as side:
+            committed = side.gate.is_committed(batch)
+    except Exception as exc:
+        _add_note(failure, f"twopc: settling {what} after this failure failed too "
+                  f"({type(exc).__name__}: {exc}); its transactions stay open until "
+                  "transaction.timeout.ms, or until the next run's recovery settles them")
+        return
+    if committed:
+        how = ("its intent had been recorded, and settling rolled it forward" if
+               outcome == "rolled_forward" else "it was committed before the failure")
+        _add_note(failure, f"twopc: {what} is committed ({how}): a re-run writes nothing")
+    else:
+        _add_note(failure, f"twopc: nothing of {what} is visible: its transactions were fenced "
+                  "after this failure (and the prefix's other open ones swept); a re-run writes "
+                  "it again")
+
+
+def _add_note(exc: BaseException, note: str) -> None:
+    """The note goes on the error (Python 3.11+) and into the `twopc` log."""
+    _log.warning("%s (after %s: %s)", note, type(exc).__name__, exc)
+    add = getattr(exc, "add_note", None)
+    if add is not None:
+        add(note)
 
 
 @contextmanager

@@ -11,7 +11,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from twopc.spark.collect import write_tasks
-from twopc.spark.driver import abort_batch, job_owner, prepare, report_recovery
+from twopc.spark.driver import (
+    abort_batch,
+    job_owner,
+    prepare,
+    report_recovery,
+    settle_failed_commit,
+)
 from twopc.spark.options import JOB_ID, parse_options
 from twopc.spark.reuse import driver_side
 from twopc.spark.schema import check_schema
@@ -89,7 +95,13 @@ def write_exactly_once(
             # they do not hold read_committed consumers back until they time out.
             abort_batch(config, owner, job_id, [])
             raise
-        committed_report = side.coordinator.commit(job_id, results)
+        try:
+            committed_report = side.coordinator.commit(job_id, results)
+        except BaseException as exc:
+            # Whatever failed, nothing may stay open until the timeout: settle the job (its
+            # intent, if recorded, is rolled forward), then raise with a note of the outcome.
+            settle_failed_commit(config, owner, job_id, results, exc)
+            raise
     report_recovery(config, owner, committed_report.recovery, "commit")
     report = job_report(job_id, committed_report, results)
     if report.skipped:
