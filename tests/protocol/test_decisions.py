@@ -485,3 +485,23 @@ def test_choose_slot(prefix: str, p: int, attempt: int, slots: int, busy: set[in
     assert sorted(s for s in window if s is not None) == free
     if not busy:
         assert slot == attempt % slots  # nothing in use: the plain pool, as before
+
+
+# ---- batches without records: their offsets' own transaction (issue 30, item 6) -----------
+
+
+def test_a_batch_without_records_names_the_id_of_its_offsets_transaction() -> None:
+    from twopc.driver.call import named_ids
+    from twopc.protocol.offsets import SourceOffsets, alone_id
+
+    offsets = SourceOffsets("g", (("t", 0, 5),))
+    assert alone_id("q", set()) == "q-0-0"
+    assert alone_id("q", {"q-0-0", "q-0-1", "q-1-2"}) == "q-0-2"
+    carried = offsets.with_carrier("q-0-1")
+    state = fold([(0, Prepared("7", (), carried))])
+    assert state.pending_ids() == {"q-0-1"}
+    assert "pending intent of batch 7" in state.in_use()["q-0-1"]
+    assert named_ids(Prepared("7", (), carried)) == ("q-0-1",)
+    # An intent written before these transactions names no id: nothing is in use.
+    assert fold([(0, Prepared("7", (), offsets))]).pending_ids() == frozenset()
+    assert named_ids(Prepared("7", (), offsets)) == ()

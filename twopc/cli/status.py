@@ -309,6 +309,7 @@ def print_source_offsets(src: dict[str, Any] | None) -> None:
     if src["batch"] is None:
         print(f"source offsets: group {src['group']!r}, no committed batch carried them yet")
         return
+    # No carrier: a batch without records recorded by a twopc before issue 30, item 6.
     how = f"carried by {src['carrier']}" if src["carrier"] else "committed plainly (no records)"
     print(f"source offsets: group {src['group']!r} at batch {src['batch']} ({how}):")
     for row in src["partitions"]:

@@ -27,7 +27,7 @@ from twopc.driver import observe
 from twopc.driver.call import DriverCall, DriverSettings
 from twopc.driver.recovery_report import RecoveryReport
 from twopc.driver.settle import settle
-from twopc.driver.source_offsets import attach, commit_plain
+from twopc.driver.source_offsets import attach
 from twopc.errors import (
     BatchAborted,
     BatchPartlyCommitted,
@@ -39,7 +39,13 @@ from twopc.protocol.clock import check_before_intent, warn_clock_outliers
 from twopc.protocol.enums import TextEnum
 from twopc.protocol.handle import Handle, ResultKind, WriteResult
 from twopc.protocol.log_records import Aborted, Committed, Duplicates, Prepared
-from twopc.protocol.offsets import SourceOffsets, SourceOffsetsRefused, carrier_of, needs_offsets
+from twopc.protocol.offsets import (
+    SourceOffsets,
+    SourceOffsetsRefused,
+    alone_id,
+    carrier_of,
+    needs_offsets,
+)
 from twopc.protocol.owner import Owner
 from twopc.protocol.plans import CommitAction, plan_abort, plan_commit
 from twopc.protocol.state import BatchStatus, TxnKey, txn_key
@@ -264,11 +270,14 @@ class Coordinator:
     def _commit_offsets_only(self, call: DriverCall, batch: str,
                              offsets: SourceOffsets) -> CommitReport:
         """A batch that wrote no record still moves the group's offsets: an intent that names
-        them (no transaction, no carrier), a plain commit of them, the outcome. Recovery repeats
-        the commit for an intent left without outcome."""
-        intent_seq = call.append(Prepared(batch, (), offsets.with_carrier(None)))
+        them and a free pool id to carry them, their own transaction on that id (never a plain
+        OffsetCommit: source_offsets.py `commit_alone` says why), the outcome. Recovery does the
+        transaction again for an intent left without outcome."""
+        carried = offsets.with_carrier(alone_id(self.owner.prefix, call.state.in_use()))
+        intent_seq = call.append(Prepared(batch, (), carried))
         crash_point("coordinator.after_intent")
-        commit_plain(self.control, batch, offsets)
+        call.commit_offsets_alone(batch, carried)
+        crash_point("coordinator.after_all_endtxn")
         return self._commit_empty(call, batch, intent_seq)
 
     def _commit_empty(self, call: DriverCall, batch: str, intent_seq: int | None) -> CommitReport:

@@ -1,10 +1,12 @@
 """Settling recorded intents without outcome (docs/design.md section 4), in two passes.
 
 Pass 1 acts on what the coordinator proves: it names, in one record, the open transactions it will
-roll forward (and, when sweeping, the pool's open transactions nothing recorded names), then
-commits the first and fences the second. Pass 2 asks the log itself about the rest, with a bounded
-wait that ends in "unknown" rather than a hang. Each batch's outcome is then recorded. The
-decisions are in twopc/protocol; this module only asks and carries out, through the call's door.
+roll forward and the ids of the source offsets' own transactions of batches without records (and,
+when sweeping, in another, the pool's open transactions nothing recorded names), then commits the
+first, fences the last, and does the offsets' transactions again (source_offsets.py). Pass 2 asks
+the log itself about the rest, with a bounded wait that ends in "unknown" rather than a hang. Each
+batch's outcome is then recorded. The decisions are in twopc/protocol; this module only asks and
+carries out, through the call's door.
 
 Every verdict belongs to one recorded handle (`txn_key`: transactional id, producer id, epoch):
 two pending intents may name one transactional id with different epochs, and each gets its own.
@@ -21,9 +23,9 @@ from twopc.control import ControlClient, EndTxnOutcome, EndTxnRequest, TxnState
 from twopc.crashpoints import crash_point
 from twopc.driver.call import DriverCall
 from twopc.driver.recovery_report import BatchReport, HandleReport, RecoveryReport
-from twopc.driver.source_offsets import commit_plain
 from twopc.protocol.handle import Handle
 from twopc.protocol.log_records import Aborted, Committed, Orphans, Partial, RollForward
+from twopc.protocol.offsets import alone_id
 from twopc.protocol.plans import unnamed_open
 from twopc.protocol.state import BatchState, TxnKey, txn_key
 from twopc.protocol.verdicts import (
@@ -72,13 +74,18 @@ def settle(call: DriverCall, batches: Sequence[BatchState], *, sweep: bool,
     # At most one handle per id holds the coordinator's producer id and epoch: EndTxn each once.
     roll = list({txn_key(h): h for _, h in handles
                  if first[txn_key(h)].fate is Fate.ROLL_FORWARD}.values())
+    # Batches without records: their source offsets' own transaction is done again on the id the
+    # intent names (an intent written before those transactions names none: one is chosen).
+    alone = {b.batch: b.offsets.with_carrier(b.offsets.carrier or alone_id(
+                 prefix, call.state.in_use()))
+             for b in batches if not b.intent and b.offsets is not None}
+    rolled = (*(h.transactional_id for h in roll), *(str(o.carrier) for o in alone.values()))
     orphans: tuple[str, ...] = ()
     if sweep:
         listed = control.list_transactions(prefix, states=[TxnState.ONGOING])
-        orphans = unnamed_open(prefix, (t.transactional_id for t in listed),
-                               protected=(h.transactional_id for h in roll))
-    if roll:
-        call.append(RollForward(tuple(h.transactional_id for h in roll)))
+        orphans = unnamed_open(prefix, (t.transactional_id for t in listed), protected=rolled)
+    if rolled:
+        call.append(RollForward(tuple(dict.fromkeys(rolled))))
     if orphans:
         call.append(Orphans(orphans))
     crash_point("recovery.after_record")
@@ -108,9 +115,8 @@ def settle(call: DriverCall, batches: Sequence[BatchState], *, sweep: bool,
                             on_settled=lambda n: progress(total - len(undecided) + n)))
 
     for b in batches:
-        if not b.intent and b.offsets is not None:
-            # A batch without records: its decided offsets are committed plainly (idempotent).
-            commit_plain(control, b.batch, b.offsets)
+        if b.batch in alone:
+            call.commit_offsets_alone(b.batch, alone[b.batch])
         open_orphans = partial(_open_orphans, call, b) if name_orphans else None
         report.batches.append(_record_outcome(call, b, first, fates, open_orphans))
         crash_point("recovery.after_outcome")

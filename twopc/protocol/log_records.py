@@ -96,7 +96,9 @@ class Orphans:
 
 @dataclass(frozen=True)
 class RollForward:
-    """Recovery is about to commit these open handles of recorded intents (names them first)."""
+    """Recovery is about to commit these open handles of recorded intents (names them first), and
+    the source offsets of recorded batches without records in transactions of their own on these
+    ids (source_offsets.py `commit_alone`)."""
 
     ids: tuple[str, ...]
 

@@ -98,8 +98,8 @@ class LogState:
         out = {t: f"a committed transaction of batch {', '.join(h.batches)} still holds "
                   f"partitions open ({h.reason})" for t, h in self.stranded.items()}
         for b in self.pending:
-            for h in b.intent:
-                out[h.transactional_id] = f"named by the pending intent of batch {b.batch}"
+            for tid in intent_ids(b):
+                out[tid] = f"named by the pending intent of batch {b.batch}"
         return out
 
     @property
@@ -109,7 +109,16 @@ class LogState:
                             key=lambda b: b.intent_seq or 0))
 
     def pending_ids(self) -> frozenset[str]:
-        return frozenset(h.transactional_id for b in self.pending for h in b.intent)
+        return frozenset(tid for b in self.pending for tid in intent_ids(b))
+
+
+def intent_ids(b: BatchState) -> tuple[str, ...]:
+    """The ids a batch's intent names: its handles', or, for a batch without records, the id of
+    its source offsets' own transaction (their carrier)."""
+    if b.intent:
+        return tuple(h.transactional_id for h in b.intent)
+    carrier = b.offsets.carrier if b.offsets is not None else None
+    return () if carrier is None else (carrier,)
 
 
 def fold(records: Iterable[tuple[int, LogRecord]], url: str = "", start_seq: int = 0,
