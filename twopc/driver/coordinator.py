@@ -15,6 +15,7 @@ With twopc.commitSourceOffsets the last one also carries the batch's source offs
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future
@@ -33,6 +34,7 @@ from twopc.errors import (
     BatchPartlyCommitted,
     DataLossError,
     GuardFailed,
+    LogOwnershipLost,
     TwopcError,
 )
 from twopc.protocol.clock import check_before_intent, warn_clock_outliers
@@ -46,10 +48,12 @@ from twopc.protocol.offsets import (
     carrier_of,
     needs_offsets,
 )
-from twopc.protocol.owner import Owner
+from twopc.protocol.owner import Owner, OwnerKind
 from twopc.protocol.plans import CommitAction, plan_abort, plan_commit
 from twopc.protocol.state import BatchStatus, TxnKey, txn_key
 from twopc.protocol.verdicts import BatchOutcome, Fate, Verdict, fate_of_end_txn
+
+_log = logging.getLogger("twopc")
 
 
 class InvalidResults(ValueError):
@@ -77,6 +81,7 @@ class CommitReport:
     orphans: tuple[str, ...] = ()  # fenced: open ids of the pool the intent does not name
     recovery: RecoveryReport | None = None
     figures: observe.BatchFigures | None = None  # what was logged (observe.metrics for Spark)
+    notes: list[str] = field(default_factory=list)  # what else the caller should know
 
 
 @dataclass
@@ -108,7 +113,10 @@ class Coordinator:
         (source_offsets.py)."""
         began = time.monotonic()
         try:
-            report = self._commit(batch, results, offsets)
+            try:
+                report = self._commit(batch, results, offsets)
+            except LogOwnershipLost as lost:
+                report = self._committed_by_another(batch, results, lost)
         except TwopcError as exc:
             self._observe("commit", batch, type(exc).__name__, results, 0, began)
             raise
@@ -165,6 +173,34 @@ class Coordinator:
                 report.status = CommitStatus.REPAIRED
             return report
         raise AssertionError("an open intent survived its own settling")  # settle records outcomes
+
+    def _committed_by_another(self, batch: str, results: Sequence[WriteResult | None],
+                              lost: LogOwnershipLost) -> CommitReport:
+        """This call lost an append to another driver (recovery before another run, `twopc
+        recover`, a concurrent run of the same job). If that driver committed this call's very
+        transactions (it rolled this call's intent forward), the batch is committed with what
+        this call wrote (issue 30, item 4): a batch job reports that, not a failure; a streaming
+        query's driver still stops with `lost` (two drivers of one query: this one must not go on
+        to its next batch), which then says so. Anything else: `lost`. Read only: nothing is
+        appended, ended or fenced here (the log fence stands)."""
+        handles, _ = _handles_of(batch, results, allow_failed=False)
+        if not handles:
+            raise lost
+        state = self.open_call().batch_state(batch)
+        visible = ({txn_key(h) for h in state.committed.values()}
+                   if state.status is BatchStatus.COMMITTED else set())
+        if not all(txn_key(h) in visible for h in handles):
+            raise lost
+        note = (f"batch {batch} is committed with this call's {len(handles)} transactions, "
+                "by another driver, which settled this call's intent while it was held up "
+                f"(this call then lost record {lost.seq} of the log to it)")
+        if self.owner.kind is not OwnerKind.JOB:
+            if hasattr(lost, "add_note"):  # Python 3.11+
+                lost.add_note(f"twopc: {note}")
+            raise lost
+        _log.warning("twopc: %s", note)
+        return CommitReport(batch, CommitStatus.COMMITTED,
+                            committed=tuple(h.transactional_id for h in handles), notes=[note])
 
     def abort(self, batch: str, results: Sequence[WriteResult | None],
               reason: str = "Spark aborted the batch") -> AbortReport:

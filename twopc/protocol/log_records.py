@@ -134,6 +134,23 @@ class Stranded:
 
 
 @dataclass(frozen=True)
+class Lease:
+    """A run of batch job ``job`` holds its family's log (the jobs of one prefix share it) until
+    ``until_ms`` on its driver's wall clock: no other job of the family may start meanwhile, since
+    its recovery would settle or fence what this run has not recorded yet (docs/design.md section
+    5). A run renews it with another record; ``until_ms`` 0 ends it (as does a ``committed``
+    record of ``job``). ``run`` tells runs of one job apart; ``since_ms`` and ``holder`` (host and
+    process) are for the refusal's message.
+    """
+
+    job: str
+    run: str
+    until_ms: int
+    since_ms: int
+    holder: str
+
+
+@dataclass(frozen=True)
 class Resolved:
     """The operator's explicit decision for a stuck batch ("committed" or "aborted")."""
 
@@ -143,7 +160,7 @@ class Resolved:
 
 
 BatchRecord = Prepared | Committed | Partial | Aborted | Duplicates | Resolved
-LogRecord = BatchRecord | Orphans | RollForward | Released | Stranded
+LogRecord = BatchRecord | Orphans | RollForward | Released | Stranded | Lease
 
 RESOLVE_COMMITTED = "committed"  # keep what is visible; the re-run writes nothing more
 RESOLVE_ABORTED = "aborted"  # treat as not committed; the re-run writes the whole batch again
@@ -185,6 +202,10 @@ def to_body(record: LogRecord) -> dict[str, Any]:
     elif isinstance(record, Stranded):
         body = {"kind": "stranded", "held": [[b, t, why] for b, t, why in record.held],
                 "cleared": _ids(record.cleared)}
+    elif isinstance(record, Lease):
+        body = {"kind": "lease", "job": record.job, "run": record.run,
+                "until_ms": int(record.until_ms), "since_ms": int(record.since_ms),
+                "holder": record.holder}
     else:
         body = {"kind": "resolved", "batch": record.batch, "decision": record.decision,
                 "note": record.note}
@@ -228,6 +249,9 @@ def from_body(body: dict[str, Any]) -> LogRecord:
         if kind == "stranded":
             return Stranded(tuple((str(b), str(t), str(why)) for b, t, why in body["held"]),
                             _tuple(body["cleared"]))
+        if kind == "lease":
+            return Lease(str(body["job"]), str(body["run"]), int(body["until_ms"]),
+                         int(body["since_ms"]), str(body["holder"]))
         if kind == "resolved":
             decision = str(body["decision"])
             if decision not in DECISIONS:

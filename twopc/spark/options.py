@@ -29,6 +29,7 @@ STORAGE_OPTIONS = "twopc.storageOptions"
 UNCONDITIONAL = "twopc.allowUnconditionalCreate"
 RATE_LIMITED = "twopc.sourceRateLimited"
 SOURCE_OFFSETS = "twopc.commitSourceOffsets"
+JOB_LEASE = "twopc.jobLeaseMs"
 TOPIC = "topic"
 SPARK_CHECKPOINT = "checkpointLocation"
 # Spark adds this for every streaming sink; it is not ours to validate beyond reading it.
@@ -36,6 +37,8 @@ _SPARK_OWNED = ("path",)
 
 DEFAULT_TIMEOUT_MS = 60_000
 DEFAULT_SLOTS = 8
+# How long a batch job's claim on its family's log lasts unless renewed (twopc/driver/lease.py).
+DEFAULT_JOB_LEASE_MS = 30 * 60_000
 # librdkafka refuses a transaction.timeout.ms below 1000.
 MIN_TIMEOUT_MS = 1_000
 _PREFIX_RE = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
@@ -55,7 +58,7 @@ _KNOWN = {
     name.lower(): name
     for name in (
         CHECKPOINT, PREFIX, TIMEOUT, JOB_ID, SLOTS, MARGIN, BUDGET, STORAGE_OPTIONS, UNCONDITIONAL,
-        RATE_LIMITED, SOURCE_OFFSETS, TOPIC, SPARK_CHECKPOINT,
+        RATE_LIMITED, SOURCE_OFFSETS, JOB_LEASE, TOPIC, SPARK_CHECKPOINT,
     )
 }
 
@@ -79,6 +82,8 @@ class SinkConfig:
     spark_checkpoint: str | None = None
     # Consumer group that gets each micro-batch's source offsets in the batch's transactions.
     source_offsets_group: str | None = None
+    # A batch job's lease on its family's log: how long it lasts unless renewed.
+    job_lease_ms: int = DEFAULT_JOB_LEASE_MS
 
     def control_config(self) -> dict[str, str]:
         """The control client reads the same librdkafka-style keys (it ignores producer-only ones)."""
@@ -207,6 +212,8 @@ def parse_options(options: Mapping[str, Any], *, streaming: bool) -> SinkConfig:
     assert timeout is not None
     slots = _int(lowered, SLOTS, DEFAULT_SLOTS, 2)
     assert slots is not None
+    job_lease = _int(lowered, JOB_LEASE, DEFAULT_JOB_LEASE_MS, 1_000)
+    assert job_lease is not None
     return SinkConfig(
         producer_config=producer,
         checkpoint_url=checkpoint,
@@ -222,4 +229,5 @@ def parse_options(options: Mapping[str, Any], *, streaming: bool) -> SinkConfig:
         source_rate_limited=_bool(lowered, RATE_LIMITED),
         spark_checkpoint=lowered.get(SPARK_CHECKPOINT.lower()),
         source_offsets_group=group,
+        job_lease_ms=job_lease,
     )
