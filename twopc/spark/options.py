@@ -33,6 +33,7 @@ UNCONDITIONAL = "twopc.allowUnconditionalCreate"
 RATE_LIMITED = "twopc.sourceRateLimited"
 SOURCE_OFFSETS = "twopc.commitSourceOffsets"
 METRICS_PORT = "twopc.metricsPort"
+JOB_LEASE = "twopc.jobLeaseMs"
 TOPIC = "topic"
 SPARK_CHECKPOINT = "checkpointLocation"
 # Spark adds this for every streaming sink; it is not ours to validate beyond reading it.
@@ -40,6 +41,8 @@ _SPARK_OWNED = ("path",)
 
 DEFAULT_TIMEOUT_MS = 60_000
 DEFAULT_SLOTS = 8
+# How long a batch job's claim on its family's log lasts unless renewed (twopc/driver/lease.py).
+DEFAULT_JOB_LEASE_MS = 30 * 60_000
 # librdkafka refuses a transaction.timeout.ms below 1000; above a signed 32-bit int it would
 # reach librdkafka (and the broker's InitProducerId) as a negative number.
 MIN_TIMEOUT_MS = 1_000
@@ -68,7 +71,7 @@ _KNOWN = {
     name.lower(): name
     for name in (
         CHECKPOINT, PREFIX, TIMEOUT, JOB_ID, SLOTS, MARGIN, BUDGET, STORAGE_OPTIONS, UNCONDITIONAL,
-        RATE_LIMITED, SOURCE_OFFSETS, METRICS_PORT, TOPIC, SPARK_CHECKPOINT,
+        RATE_LIMITED, SOURCE_OFFSETS, METRICS_PORT, JOB_LEASE, TOPIC, SPARK_CHECKPOINT,
     )
 }
 
@@ -94,6 +97,8 @@ class SinkConfig:
     source_offsets_group: str | None = None
     # Where TwopcProgressListener serves the metrics exporter in the driver (0: any free port).
     metrics_port: int | None = None
+    # A batch job's lease on its family's log: how long it lasts unless renewed.
+    job_lease_ms: int = DEFAULT_JOB_LEASE_MS
 
     def __repr__(self) -> str:
         # kafka.sasl.password, ssl.key.password, OAuth client secrets, storage secrets: masked.
@@ -301,6 +306,8 @@ def parse_options(options: Mapping[str, Any], *, streaming: bool) -> SinkConfig:
     margin = _int(lowered, MARGIN, None, 0, MAX_TIMEOUT_MS)
     budget = _int(lowered, BUDGET, None, 1, MAX_TIMEOUT_MS)
     _check_timing(timeout, margin, budget)
+    job_lease = _int(lowered, JOB_LEASE, DEFAULT_JOB_LEASE_MS, 1_000, MAX_TIMEOUT_MS)
+    assert job_lease is not None
     return SinkConfig(
         producer_config=producer,
         checkpoint_url=checkpoint,
@@ -317,4 +324,5 @@ def parse_options(options: Mapping[str, Any], *, streaming: bool) -> SinkConfig:
         spark_checkpoint=lowered.get(SPARK_CHECKPOINT.lower()),
         source_offsets_group=group,
         metrics_port=metrics_port,
+        job_lease_ms=job_lease,
     )
