@@ -83,9 +83,10 @@ def settle(call: DriverCall, batches: Sequence[BatchState], *, sweep: bool,
     orphans: tuple[str, ...] = ()
     if sweep:
         listed = control.list_transactions(prefix, states=[TxnState.ONGOING])
-        # Held ids too: a held id's open transaction may be our release, cut short (call.py).
+        # Held ids too: a held id's open transaction may be our release, cut short (call.py);
+        # and the carriers held back above: each is decided after pass 2, never swept.
         orphans = unnamed_open(prefix, (t.transactional_id for t in listed),
-                               protected={h.transactional_id for h in roll}
+                               protected={h.transactional_id for h in (*roll, *held_carriers)}
                                | set(call.state.stranded))
     if roll:
         call.append(RollForward(tuple(h.transactional_id for h in roll)))
