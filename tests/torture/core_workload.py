@@ -65,8 +65,8 @@ NORMAL_TIMEOUT_MS = 30000
 SHORT_TIMEOUT_MS = 4000  # the pause faults: the broker aborts within seconds
 # request_delayed and expire_in_waves: the short-lived transactions must still pass guard 3 after
 # a task and a driver process started (seconds each on a loaded machine), then expire.
-DELAYED_TIMEOUT_MS = 8000
-WAVE_TIMEOUT_MS = 8000
+DELAYED_TIMEOUT_MS = 10000
+WAVE_TIMEOUT_MS = 15000
 PAUSE_LIMIT_S = 60.0
 RELEASE_PAUSE_S = 300.0  # a broker restart, then the wait for the markers' fate
 # A driver whose requests are dropped on every attempt gives up after this retry budget, and its
@@ -586,6 +586,8 @@ class _CoreRun:
                     self.broker.restart()
                 self.set_min_isr(1)
                 stranded = pending and self.wait_stranded(ids)
+                self.note(f"coordinator after the EndTxns: "
+                          f"{sorted((t, d.state.value) for t, d in states.items())}")
                 self.note(f"markers {'held back' if pending else 'not held back'}, "
                           f"{'dropped: the batch is stranded' if stranded else 'delivered'}")
                 action = cf.Action.DROP_ANSWER if plan.fault == "answer_lost" \
