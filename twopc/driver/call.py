@@ -35,6 +35,7 @@ from twopc.control import (
     TransactionListing,
     TxnState,
 )
+from twopc.crashpoints import crash_point
 from twopc.driver.source_offsets import commit_alone
 from twopc.driver.stranded import StrandedReport, release_stranded_commits
 from twopc.errors import CommitUnverified, DataLossError, FenceFailed, ProtocolViolation
@@ -245,6 +246,7 @@ class DriverCall:
         the batch's own transactions can fail it: what is stuck or unreadable elsewhere (a
         partition whose leader is down, among an older batch's) stays held, no task takes those
         ids, and later checks look again (issue 30, item 5)."""
+        crash_point("stranded.before_check")  # tests only: the torture suite pauses here
         try:
             report = self.release_stranded(only, patient={batch})
         except DataLossError:
