@@ -15,6 +15,7 @@ With twopc.commitSourceOffsets the last one also carries the batch's source offs
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future
@@ -44,6 +45,10 @@ from twopc.protocol.owner import Owner
 from twopc.protocol.plans import CommitAction, plan_abort, plan_commit
 from twopc.protocol.state import BatchStatus, TxnKey, txn_key
 from twopc.protocol.verdicts import BatchOutcome, Fate, Verdict, fate_of_end_txn
+
+# Not the `twopc` logger itself (its lines are JSON figures): a child, which reaches the same
+# handlers (observe.show_in_worker_log).
+_log = logging.getLogger(__name__)
 
 
 class InvalidResults(ValueError):
@@ -108,6 +113,9 @@ class Coordinator:
             raise
         report.figures = self._observe("commit", batch, report.status, results,
                                        len(report.committed), began)
+        warning = observe.age_warning(report.figures) if report.committed else None
+        if warning is not None:
+            _log.warning("twopc: %s", warning)
         return report
 
     def _commit(self, batch: str, results: Sequence[WriteResult | None],
