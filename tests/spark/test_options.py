@@ -137,3 +137,33 @@ def test_acks_other_than_all_is_refused_on_the_driver(option: dict[str, str]) ->
     config = parse_options(lower({**BASE, **option}), streaming=False)
     with pytest.raises(OptionError, match="`acks` must be set to `all`"):
         check_producer_config(config)
+
+
+def test_the_trigger_interval_option() -> None:
+    """twopc.triggerIntervalMs: streaming only, a positive integer; checked at start against the
+    timeout (TriggerIntervalError, an OptionError naming the option and the fix), before any
+    connection to the cluster."""
+    from twopc.spark.errors import TriggerIntervalError
+    from twopc.spark.option_checks import check_at_start
+
+    config = parse_options(lower({**BASE, "twopc.triggerIntervalMs": "30000"}), streaming=True)
+    assert config.trigger_interval_ms == 30000
+    assert parse_options(lower(BASE), streaming=True).trigger_interval_ms is None
+    with pytest.raises(OptionError, match="is for streaming queries"):
+        parse_options(lower({**BASE, "twopc.triggerIntervalMs": "1000"}), streaming=False)
+    with pytest.raises(OptionError, match="at least 1"):
+        parse_options(lower({**BASE, "twopc.triggerIntervalMs": "0"}), streaming=True)
+    # 40 s against the default 60 s timeout: refused at start, before the producer or the
+    # control client is made (the bootstrap server here answers nothing).
+    too_long = parse_options(lower({**BASE, "twopc.triggerIntervalMs": "40000"}), streaming=True)
+    with pytest.raises(TriggerIntervalError) as caught:
+        check_at_start(too_long, streaming=True)
+    assert str(caught.value).startswith("option twopc.triggerIntervalMs: a trigger interval of "
+                                        "40000 ms is more than 30000 ms")
+    assert "twopc.transactionTimeoutMs to at least 80000 ms" in str(caught.value)
+    assert isinstance(caught.value, OptionError)
+    # The commit margin counts: 5 s of a 9 s timeout leave 4 s, less than half.
+    tight = parse_options(lower({**BASE, "twopc.triggerIntervalMs": "4500",
+                                 "twopc.transactionTimeoutMs": "9000"}), streaming=True)
+    with pytest.raises(TriggerIntervalError, match="more than 4000 ms"):
+        check_at_start(tight, streaming=True)

@@ -55,6 +55,10 @@ from twopc.protocol.state import BatchState, BatchStatus, LogState
 STRANDED_GRACE_MS = 1000
 
 
+# Guard 3's default margin: time a transaction must have left at the intent.
+DEFAULT_MARGIN_MS = 5000
+
+
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -64,7 +68,7 @@ class DriverSettings:
     """What every driver call of one owner needs besides the log and the control client."""
 
     owner: Owner
-    margin_ms: int = 5000  # guard 3: time a transaction must have left at the intent
+    margin_ms: int = DEFAULT_MARGIN_MS  # guard 3: time a transaction must have left at the intent
     settle_wait_ms: int = 60000  # the log check's bounded wait for a stable partition
     retain_batches: int = 10  # finished batches the purge keeps whole
     stranded_wait_ms: int = 5000  # the stranded check's bounded wait

@@ -64,14 +64,15 @@ def query_id_from_spark_checkpoint(spark_checkpoint: str | None) -> str:
 # Guards at start ask the cluster (a few round trips); a driver-side Python worker is reused across
 # micro-batches, so remember which configurations already passed. Only an optimization: a new process
 # (a restart) checks again.
-_checked: set[tuple[str, str, int]] = set()
+_checked: set[tuple[str, str, int, int | None]] = set()
 _checked_lock = threading.Lock()
 
 
 def prepare(config: SinkConfig, owner: Owner, job: str | None = None) -> bool:
     """Before any task of a new query, micro-batch or job writes. Returns True if `job` (a job id)
     is already committed: its re-run must write nothing."""
-    key = (config.prefix, json.dumps(config.producer_config, sort_keys=True), config.transaction_timeout_ms)
+    key = (config.prefix, json.dumps(config.producer_config, sort_keys=True),
+           config.transaction_timeout_ms, config.trigger_interval_ms)
     with _checked_lock:
         first = key not in _checked
     if first:

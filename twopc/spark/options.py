@@ -29,6 +29,7 @@ STORAGE_OPTIONS = "twopc.storageOptions"
 UNCONDITIONAL = "twopc.allowUnconditionalCreate"
 RATE_LIMITED = "twopc.sourceRateLimited"
 SOURCE_OFFSETS = "twopc.commitSourceOffsets"
+TRIGGER = "twopc.triggerIntervalMs"
 TOPIC = "topic"
 SPARK_CHECKPOINT = "checkpointLocation"
 # Spark adds this for every streaming sink; it is not ours to validate beyond reading it.
@@ -55,7 +56,7 @@ _KNOWN = {
     name.lower(): name
     for name in (
         CHECKPOINT, PREFIX, TIMEOUT, JOB_ID, SLOTS, MARGIN, BUDGET, STORAGE_OPTIONS, UNCONDITIONAL,
-        RATE_LIMITED, SOURCE_OFFSETS, TOPIC, SPARK_CHECKPOINT,
+        RATE_LIMITED, SOURCE_OFFSETS, TOPIC, SPARK_CHECKPOINT, TRIGGER,
     )
 }
 
@@ -79,6 +80,9 @@ class SinkConfig:
     spark_checkpoint: str | None = None
     # Consumer group that gets each micro-batch's source offsets in the batch's transactions.
     source_offsets_group: str | None = None
+    # The query's processing-time trigger interval, as the user states it (a Python data source
+    # cannot see the query's trigger): checked against the timeout at start (option_checks.py).
+    trigger_interval_ms: int | None = None
 
     def control_config(self) -> dict[str, str]:
         """The control client reads the same librdkafka-style keys (it ignores producer-only ones)."""
@@ -203,6 +207,11 @@ def parse_options(options: Mapping[str, Any], *, streaming: bool) -> SinkConfig:
                 f"option {SOURCE_OFFSETS} is for streaming queries that read Spark's Kafka source "
                 "(the offsets come from the query's offsets log); remove it from a batch write")
 
+    trigger = _int(lowered, TRIGGER, None, 1)
+    if trigger is not None and not streaming:
+        raise OptionError(f"option {TRIGGER} is for streaming queries (the interval of their "
+                          "processingTime trigger); remove it from a batch write")
+
     timeout = _int(lowered, TIMEOUT, DEFAULT_TIMEOUT_MS, MIN_TIMEOUT_MS)
     assert timeout is not None
     slots = _int(lowered, SLOTS, DEFAULT_SLOTS, 2)
@@ -222,4 +231,5 @@ def parse_options(options: Mapping[str, Any], *, streaming: bool) -> SinkConfig:
         source_rate_limited=_bool(lowered, RATE_LIMITED),
         spark_checkpoint=lowered.get(SPARK_CHECKPOINT.lower()),
         source_offsets_group=group,
+        trigger_interval_ms=trigger,
     )
