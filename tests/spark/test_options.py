@@ -35,7 +35,9 @@ def lower(options: dict[str, str]) -> dict[str, str]:
 
 def test_minimal_options_parse_with_defaults() -> None:
     config = parse_options(lower({**BASE, "topic": "t", "kafka.linger.ms": "5"}), streaming=True)
-    assert config.producer_config == {"bootstrap.servers": "localhost:9092", "linger.ms": "5"}
+    # The Java producer's partitioner by default, as format("kafka") (twopc/spark/jvm_options.py).
+    assert config.producer_config == {"bootstrap.servers": "localhost:9092", "linger.ms": "5",
+                                      "partitioner": "murmur2_random"}
     assert config.topic == "t"
     assert config.prefix == "orders"
     assert config.transaction_timeout_ms == 60_000

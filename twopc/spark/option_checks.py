@@ -40,7 +40,11 @@ def check_producer_config(config: SinkConfig) -> None:
             config.producer_config, transactional_id(config.prefix, 0, 0),
             config.transaction_timeout_ms))
     except (KafkaException, WriterConfigError) as exc:
-        detail = exc.args[0] if exc.args else exc
+        detail = str(exc.args[0] if exc.args else exc)
+        if "message.timeout.ms" in detail:  # Java's delivery.timeout.ms (120 s by default)
+            detail += (f": kafka.delivery.timeout.ms, or kafka.message.timeout.ms, must be at most "
+                       f"{TIMEOUT}={config.transaction_timeout_ms}; lower it or leave it out (it "
+                       "then follows the transaction timeout)")
         raise OptionError(f"a kafka.* option is not valid for the producer: {detail}") from None
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from twopc.spark.errors import OptionError
+from twopc.spark.jvm_options import librdkafka_settings
 
 KAFKA_PREFIX = "kafka."
 STORAGE_PREFIX = "twopc.storage."
@@ -156,6 +157,8 @@ def parse_options(options: Mapping[str, Any], *, streaming: bool) -> SinkConfig:
         # Other options (Spark's own, such as queryName) are not ours: leave them alone.
 
     producer = {k[len(KAFKA_PREFIX):]: str(v) for k, v in lowered.items() if k.startswith(KAFKA_PREFIX)}
+    # Spark's format("kafka") options are the Java producer's: read them as librdkafka's.
+    producer = librdkafka_settings(producer)
     for key, why in _FORBIDDEN_KAFKA.items():
         if key in producer:
             raise OptionError(f"option kafka.{key} is not allowed: {why}")
