@@ -53,7 +53,9 @@ from twopc.protocol.plans import CommitAction, plan_abort, plan_commit
 from twopc.protocol.state import BatchStatus, TxnKey, txn_key
 from twopc.protocol.verdicts import BatchOutcome, Fate, Verdict, fate_of_end_txn
 
-_log = logging.getLogger("twopc")
+# Not the `twopc` logger itself (its lines are JSON figures): a child, which reaches the same
+# handlers (observe.show_in_worker_log).
+_log = logging.getLogger(__name__)
 
 
 class InvalidResults(ValueError):
@@ -122,6 +124,9 @@ class Coordinator:
             raise
         report.figures = self._observe("commit", batch, report.status, results,
                                        len(report.committed), began)
+        warning = observe.age_warning(report.figures) if report.committed else None
+        if warning is not None:
+            _log.warning("twopc: %s", warning)
         return report
 
     def _commit(self, batch: str, results: Sequence[WriteResult | None],

@@ -68,7 +68,7 @@ def query_id_from_spark_checkpoint(spark_checkpoint: str | None) -> str:
 # Guards at start ask the cluster (a few round trips); a driver-side Python worker is reused across
 # micro-batches, so remember which configurations already passed. Only an optimization: a new process
 # (a restart) checks again.
-_checked: set[tuple[str, str, int]] = set()
+_checked: set[tuple[str, str, int, int | None]] = set()
 _checked_lock = threading.Lock()
 
 
@@ -85,7 +85,8 @@ def prepare(config: SinkConfig, owner: Owner, job: str | None = None,
     A batch job's run (`job` and `run` given) first takes its family's lease (JobFamilyBusy while
     another job of the family runs; twopc/driver/lease.py), then recovers; a run of a committed job
     takes nothing and recovers nothing (it writes nothing, and another job may be running)."""
-    key = (config.prefix, json.dumps(config.producer_config, sort_keys=True), config.transaction_timeout_ms)
+    key = (config.prefix, json.dumps(config.producer_config, sort_keys=True),
+           config.transaction_timeout_ms, config.trigger_interval_ms)
     with _checked_lock:
         first = key not in _checked
     if first:

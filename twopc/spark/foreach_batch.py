@@ -25,6 +25,7 @@ from twopc.spark.driver import (
 )
 from twopc.spark.errors import MissingQueryIdentity, OptionError
 from twopc.spark.offsets_log import batch_source_offsets
+from twopc.spark.option_checks import check_trigger, query_trigger_ms
 from twopc.spark.options import SOURCE_OFFSETS, SPARK_CHECKPOINT, parse_options
 from twopc.spark.reuse import driver_side
 from twopc.spark.schema import check_schema
@@ -47,6 +48,7 @@ class ExactlyOnceKafkaSink:
         if attempts_per_batch < 1:
             raise ValueError("attempts_per_batch must be at least 1")
         self.attempts_per_batch = attempts_per_batch
+        self._trigger_checked: set[str] = set()  # query ids whose trigger passed the check
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
         context = batch_df.sparkSession.sparkContext
@@ -57,6 +59,13 @@ class ExactlyOnceKafkaSink:
                 "the twopc log to the query id"
             )
         check_schema(batch_df.schema, self.config.topic)
+        if query_id not in self._trigger_checked:
+            # The query's own trigger, known here (the driver's process) unlike in kafka2pc.
+            trigger = query_trigger_ms(batch_df.sparkSession, query_id)
+            if trigger:
+                check_trigger(self.config, trigger,
+                              f"the query's trigger (processingTime {trigger} ms)")
+            self._trigger_checked.add(query_id)
         owner = Owner.query(query_id, self.config.prefix)
         batch = str(batch_id)
         prepare(self.config, owner)

@@ -17,6 +17,7 @@ from typing import Any
 from checkpoint.redact import redacted_repr
 from twopc.protocol.clock import DEFAULT_MARGIN_MS
 from twopc.spark.errors import OptionError
+from twopc.spark.jvm_options import librdkafka_settings
 
 KAFKA_PREFIX = "kafka."
 STORAGE_PREFIX = "twopc.storage."
@@ -34,6 +35,7 @@ RATE_LIMITED = "twopc.sourceRateLimited"
 SOURCE_OFFSETS = "twopc.commitSourceOffsets"
 METRICS_PORT = "twopc.metricsPort"
 JOB_LEASE = "twopc.jobLeaseMs"
+TRIGGER = "twopc.triggerIntervalMs"
 TOPIC = "topic"
 SPARK_CHECKPOINT = "checkpointLocation"
 # Spark adds this for every streaming sink; it is not ours to validate beyond reading it.
@@ -71,7 +73,7 @@ _KNOWN = {
     name.lower(): name
     for name in (
         CHECKPOINT, PREFIX, TIMEOUT, JOB_ID, SLOTS, MARGIN, BUDGET, STORAGE_OPTIONS, UNCONDITIONAL,
-        RATE_LIMITED, SOURCE_OFFSETS, METRICS_PORT, JOB_LEASE, TOPIC, SPARK_CHECKPOINT,
+        RATE_LIMITED, SOURCE_OFFSETS, METRICS_PORT, JOB_LEASE, TRIGGER, TOPIC, SPARK_CHECKPOINT,
     )
 }
 
@@ -99,6 +101,9 @@ class SinkConfig:
     metrics_port: int | None = None
     # A batch job's lease on its family's log: how long it lasts unless renewed.
     job_lease_ms: int = DEFAULT_JOB_LEASE_MS
+    # The query's processing-time trigger interval, as the user states it (a Python data source
+    # cannot see the query's trigger): checked against the timeout at start (option_checks.py).
+    trigger_interval_ms: int | None = None
 
     def __repr__(self) -> str:
         # kafka.sasl.password, ssl.key.password, OAuth client secrets, storage secrets: masked.
@@ -238,6 +243,8 @@ def parse_options(options: Mapping[str, Any], *, streaming: bool) -> SinkConfig:
         # Other options (Spark's own, such as queryName) are not ours: leave them alone.
 
     producer = {k[len(KAFKA_PREFIX):]: str(v) for k, v in lowered.items() if k.startswith(KAFKA_PREFIX)}
+    # Spark's format("kafka") options are the Java producer's: read them as librdkafka's.
+    producer = librdkafka_settings(producer)
     for key, why in _FORBIDDEN_KAFKA.items():
         if key in producer:
             raise OptionError(f"option kafka.{key} is not allowed: {why}")
@@ -299,6 +306,11 @@ def parse_options(options: Mapping[str, Any], *, streaming: bool) -> SinkConfig:
             f"option {METRICS_PORT} is for streaming queries (TwopcProgressListener serves the "
             "metrics in the driver); remove it from a batch write and run `twopc metrics` beside "
             "the job instead")
+    trigger = _int(lowered, TRIGGER, None, 1, MAX_TIMEOUT_MS)
+    if trigger is not None and not streaming:
+        raise OptionError(f"option {TRIGGER} is for streaming queries (the interval of their "
+                          "processingTime trigger); remove it from a batch write")
+
     timeout = _int(lowered, TIMEOUT, DEFAULT_TIMEOUT_MS, MIN_TIMEOUT_MS, MAX_TIMEOUT_MS)
     assert timeout is not None
     slots = _int(lowered, SLOTS, DEFAULT_SLOTS, 2, MAX_SLOTS)
@@ -325,4 +337,5 @@ def parse_options(options: Mapping[str, Any], *, streaming: bool) -> SinkConfig:
         source_offsets_group=group,
         metrics_port=metrics_port,
         job_lease_ms=job_lease,
+        trigger_interval_ms=trigger,
     )
