@@ -132,8 +132,12 @@ def try_copy(call: DriverCall, plan: CopyPlan, settings: RepairSettings) -> Copy
         plan.batch, tuple(h.transactional_id for h in plan.duplicates)))
     ids = tuple(s.transactional_id for s in plan.sources)
     call.append(Copying(plan.batch, ids, tuple(txn_key(s) for s in plan.sources)))
-    call.claim(ids, "a copy's producer")
+    held = call.claim(ids, "a copy's producer")
+    if held:  # found stranded by the check the claim ran: their open transactions are not ours
+        raise CopyForwardFailed(plan.batch, tuple(
+            f"{tid}: its transactional id is in use: {why}" for tid, why in sorted(held.items())))
     crash_point("copy.after_record")
+
     def write(source: Handle) -> Handle:
         copy = _write_copy(call, plan.batch, source, reads[source.transactional_id], settings)
         crash_point("copy.after_write")

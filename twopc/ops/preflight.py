@@ -56,8 +56,19 @@ def run_preflight(
     """Every item; or, if the cluster cannot be reached at all (a wrong CA, wrong credentials, no
     broker at the address), only the `connection` item saying why and what to change."""
     items: list[CheckItem] = []
-    admin = AdminClient({**config, "log_level": 3})
-    with ControlClient(config) as control:
+    try:
+        control = ControlClient(config)
+    except ConfigError as exc:  # a setting twopc's control client refuses (GSSAPI, HOST, port)
+        return [CheckItem(CONNECTION, Status.FAIL, str(exc), "fix the setting it names "
+                          "(--bootstrap-servers, -X or --command-config)")]
+    try:
+        admin = AdminClient({**config, "log_level": 3})
+    except (KafkaException, ValueError, TypeError) as exc:  # librdkafka refuses a setting
+        control.close()
+        return [CheckItem(CONNECTION, Status.FAIL, f"librdkafka refuses the client settings: "
+                          f"{_kafka_text(exc)}", "fix or remove the -X setting it names "
+                          "(librdkafka's names: docs.confluent.io, CONFIGURATION.md)")]
+    with control:
         unreachable = _connection(control)
         if unreachable is not None:
             return [unreachable]
@@ -77,6 +88,13 @@ def run_preflight(
                 items.append(CheckItem(name, Status.FAIL, f"could not check: {exc}",
                                        "check the connection settings and this principal's ACLs"))
     return items
+
+
+def _kafka_text(exc: BaseException) -> str:
+    """The message of a confluent-kafka error (its KafkaError's str), else the exception's."""
+    err = exc.args[0] if exc.args else None
+    text = getattr(err, "str", None)
+    return str(text()) if callable(text) else str(exc)
 
 
 def _connection(control: ControlClient) -> CheckItem | None:

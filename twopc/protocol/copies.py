@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from checkpoint.redact import redacted_repr
 from twopc.control import Ending, SpanRecords
 from twopc.protocol.enums import TextEnum
 from twopc.protocol.handle import Handle
@@ -39,7 +40,7 @@ def parse_policy(text: str) -> RepairPolicy:
     try:
         return RepairPolicy(text.strip().lower())
     except ValueError:
-        raise ValueError(f"repair policy {text!r}: one of "
+        raise ValueError(f"repair policy {text!r:.40}: one of "
                          f"{', '.join(p.value for p in RepairPolicy)}") from None
 
 
@@ -147,3 +148,7 @@ class RepairSettings:
     policy: RepairPolicy = RepairPolicy.AUTO
     producer_config: Mapping[str, Any] | None = None
     transaction_timeout_ms: int = 60000
+
+    def __repr__(self) -> str:
+        # The producer settings hold the sink's secrets (sasl.password, ssl.key.password, ...).
+        return redacted_repr(self)
