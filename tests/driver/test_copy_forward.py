@@ -9,17 +9,21 @@ import json
 import subprocess
 import sys
 import time
+import uuid
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
+from twopc_testing.offsets import stable_group_offsets
 
 from tests.driver.support import ROOT, DriverUnderTest, Scenario, wait_not_ongoing
 from twopc.control import ControlClient
 from twopc.errors import CopyForwardFailed, DataLossError
 from twopc.protocol.copies import RepairPolicy, RepairSettings
 from twopc.protocol.handle import Handle, ResultKind, WriteResult
+from twopc.protocol.offsets import SourceOffsets
 from twopc.protocol.verdicts import BatchOutcome
 
 pytestmark = pytest.mark.integration
@@ -184,4 +188,57 @@ def test_operator_copies_forward_with_twopc_recover(scenario: Scenario,
     skipped = [WriteResult(ResultKind.SKIPPED, "0", p, 0) for p in range(scenario.partitions)]
     assert coord.commit("0", skipped).status == "already_committed"
     scenario.expect("0")
+    scenario.audit()
+
+
+# ---- with source offsets: the carrier rule (issue 30 item 2) holds for the copies ----------------
+
+LATE = 1  # the Spark partition whose transaction times out: not the carrier (the last one)
+CARRIER = 3  # the last Spark partition's transaction carries the offsets: fenced with LATE lost
+
+
+@pytest.mark.parametrize("killed_at", [None, "coordinator.after_endtxn_1"],
+                         ids=["copied", "copy-killed-after-first-endtxn"])
+def test_copy_forward_moves_the_source_offsets_only_with_every_record(
+        scenario: Scenario, control: ControlClient, make_topic: Callable[..., str],
+        killed_at: str | None) -> None:
+    """twopc.commitSourceOffsets: batch 1 decided, the driver down after its first EndTxn while
+    partition LATE's transaction times out; recovery fences the carrier (CARRIER) with it, so the
+    batch is partial and the group stays at batch 0's offsets. A re-run of other rows is then
+    repaired by copy-forward: the last copy carries the intent's offsets and is committed only
+    after the other copy (killed between the two EndTxns: recovery rolls the copies forward in
+    that order); the group reaches batch 1's offsets once every original record is visible."""
+    source, group = make_topic(2), f"g-{uuid.uuid4().hex[:8]}"
+    parts = [(source, 0), (source, 1)]
+    coord = driver(scenario, control)
+    first = SourceOffsets(group, ((source, 0, 5), (source, 1, 5)))
+    assert coord.commit("0", scenario.write("0"), first).status == "committed"
+    scenario.expect("0")
+    others = [p for p in range(scenario.partitions) if p != LATE]
+    written = scenario.write("1", [scenario.txn("1", p) for p in others])
+    written += scenario.write("1", [scenario.txn("1", LATE)], timeout_ms=SHORT_MS)
+    results = sorted(written, key=lambda r: r.task_partition)
+    offsets = SourceOffsets(group, ((source, 0, 20), (source, 1, 9)))
+    assert scenario.drive("commit", "1", results, margin_ms=200, offsets=offsets.to_obj(),
+                          crash_at="coordinator.after_endtxn_1") == {"killed": True}
+    wait_not_ongoing(control, handles_of(results[LATE:LATE + 1]))
+    [batch] = scenario.driver(control).recover().batches
+    assert batch.outcome is BatchOutcome.PARTIAL and batch.lost_partitions == [LATE, CARRIER]
+    assert stable_group_offsets(scenario.broker.config(), group, parts) == {
+        (source, 0): 5, (source, 1): 5}
+    # A source that cannot replay: the re-run's rows are others.
+    rerun = scenario.write("1", [scenario.txn("1", p, tag="-rerun")
+                                 for p in range(scenario.partitions)])
+    if killed_at is None:
+        report = driver(scenario, control).commit("1", rerun, offsets)
+        assert report.status == "copied" and len(report.committed) == 2, report
+    else:
+        out = scenario.drive("commit", "1", rerun, offsets=offsets.to_obj(),
+                             repair_policy="auto", crash_at=killed_at)
+        assert out == {"killed": True}, out
+        driver(scenario, control).recover()
+    assert driver(scenario, control).is_committed("1")
+    assert stable_group_offsets(scenario.broker.config(), group, parts) == {
+        (source, 0): 20, (source, 1): 9}
+    scenario.expect("1")  # the originals, every partition exactly once; no "-rerun" row
     scenario.audit()

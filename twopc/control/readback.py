@@ -11,6 +11,8 @@ guess: the first offset below the log start (retention, deleted records), a re-c
 batch of ours at the first offset (compaction, another producer), a batch of our producer id with
 another epoch before the marker, more records than the handle counts, the log's end reached
 without a marker.
+
+Design: docs/design.md section 4.
 """
 
 from __future__ import annotations

@@ -22,6 +22,8 @@ snappy in xerial's block framing, librdkafka writes a raw snappy block; both are
 
 The batch CRC (CRC-32C) is not checked: what is read back is verified against the handle's record
 counts and order-insensitive checksum (protocol/copies.py), which a corrupted record fails.
+
+Design: docs/design.md section 4.
 """
 
 from __future__ import annotations

@@ -21,6 +21,8 @@ The copy's transactional id is the source's own (`{prefix}-{p}-{slot}`, resolved
 was aborted and recorded), unless a stranded commit holds it. The copy is written with the
 executor's writer (`write_partition`): the one place where the driver builds on the executor, so
 that a copy is produced, checked and identified exactly as a task's transaction is.
+
+Design: docs/design.md section 4.
 """
 
 from __future__ import annotations

@@ -13,6 +13,8 @@ were (producer id and epoch, first offset and count per partition, the order-ins
 checksum). Read back and verified, they are committed again in a new transaction of the batch: the
 batch then holds what was decided, whatever a re-run of a non-deterministic source produces, and
 every transaction of the re-run is a duplicate. docs/design.md section 4.
+
+Design: docs/design.md section 4.
 """
 
 from __future__ import annotations
