@@ -215,9 +215,11 @@ def test_copy_forward_moves_the_source_offsets_only_with_every_record(
     assert coord.commit("0", scenario.write("0"), first).status == "committed"
     scenario.expect("0")
     others = [p for p in range(scenario.partitions) if p != LATE]
-    written = scenario.write("1", [scenario.txn("1", p) for p in others])
-    written += scenario.write("1", [scenario.txn("1", LATE)], timeout_ms=SHORT_MS)
-    results = sorted(written, key=lambda r: r.task_partition)
+    # The real writer: the copies are verified against its checksums (precommit.py's are not).
+    kept = scenario.write_real("1", [scenario.txn("1", p) for p in others])
+    late = scenario.write_real("1", [scenario.txn("1", LATE)], timeout_ms=SHORT_MS)
+    assert kept is not None and late is not None
+    results = sorted(kept + late, key=lambda r: r.task_partition)
     offsets = SourceOffsets(group, ((source, 0, 20), (source, 1, 9)))
     assert scenario.drive("commit", "1", results, margin_ms=200, offsets=offsets.to_obj(),
                           crash_at="coordinator.after_endtxn_1") == {"killed": True}
