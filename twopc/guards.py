@@ -174,7 +174,10 @@ def broker_max_timeout_ms(config: Mapping[str, str]) -> int | None:
     from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
     try:
-        admin = AdminClient({k: v for k, v in config.items() if not k.startswith("transaction")})
+        from twopc.control.oauth import librdkafka_config
+
+        admin = AdminClient({k: v for k, v in librdkafka_config(config).items()
+                             if not k.startswith("transaction")})
         brokers = admin.list_topics(timeout=10).brokers
         if not brokers:
             return None

@@ -26,6 +26,7 @@ from twopc.control import (
     ControlError,
     TlsError,
 )
+from twopc.control.oauth import OAuthTokenError, librdkafka_config
 
 CONNECTION = "connection"
 TRANSACTION_LOG = "__transaction_state"
@@ -56,11 +57,12 @@ def run_preflight(
     """Every item; or, if the cluster cannot be reached at all (a wrong CA, wrong credentials, no
     broker at the address), only the `connection` item saying why and what to change."""
     items: list[CheckItem] = []
-    admin = AdminClient({**config, "log_level": 3})
     with ControlClient(config) as control:
         unreachable = _connection(control)
         if unreachable is not None:
             return [unreachable]
+        # After the control client authenticated: a token provider that fails is its FAIL.
+        admin = AdminClient({**librdkafka_config(config), "log_level": 3})
         steps: list[tuple[str, Callable[[], list[CheckItem]]]] = [
             ("broker version", lambda: _broker_version(control)),
             ("producer acks", lambda: [_producer_acks(config, prefix, transaction_timeout_ms)]),
@@ -85,6 +87,10 @@ def _connection(control: ControlClient) -> CheckItem | None:
         control.api_versions()
     except TlsError as exc:
         return CheckItem(CONNECTION, Status.FAIL, str(exc), exc.advice)
+    except OAuthTokenError as exc:
+        return CheckItem(CONNECTION, Status.FAIL, str(exc),
+                         f"fix the OAUTHBEARER token source {exc.setting} (-X), or the brokers' "
+                         "expected audience and issuer")
     except AuthenticationError as exc:
         return CheckItem(CONNECTION, Status.FAIL, str(exc),
                          "check sasl.mechanism, sasl.username and sasl.password (-X)")
