@@ -23,6 +23,7 @@ from twopc.control.oauth import (
     normalize_expiry,
     oauth_settings,
     parse_extensions,
+    refusal_message,
     server_error,
 )
 from twopc.spark.errors import OptionError
@@ -128,3 +129,13 @@ def test_the_spark_option_carries_the_provider_to_both_halves() -> None:
     assert config.producer_config["twopc.oauth.token.provider"] == PROVIDER
     with pytest.raises(OptionError, match="OAUTHBEARER"):
         parse_options({**options, "kafka.sasl.mechanism": "PLAIN"}, streaming=False)
+
+
+def test_a_refusal_says_what_the_token_held_and_where_it_came_from() -> None:
+    settings = oauth_settings({**BASE, "twopc.oauth.token.provider": PROVIDER})
+    jwt = Token(unsigned_token("w", aud="other"), time.time() + 60, time.time())
+    text = refusal_message("b1:9098", "invalid_token", jwt, settings)
+    assert "refused the OAUTHBEARER token (invalid_token)" in text and "aud='other'" in text
+    assert "sasl.oauthbearer.expected.audience" in text and PROVIDER in text
+    msk = Token("aHR0cHM6Ly9rYWZrYS5ldS13ZXN0LTEuYW1hem9uYXdzLmNvbS8", time.time() + 900, time.time())
+    assert "kafka-cluster:Connect" in refusal_message("b1:9098", "invalid_token", msk, settings)
