@@ -37,7 +37,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from twopc.control.errors import AuthenticationError, ConfigError
@@ -71,7 +71,7 @@ class OAuthSettings:
     config: str = ""  # sasl.oauthbearer.config
     provider: str | None = None
     client_id: str | None = None
-    client_secret: str | None = None
+    client_secret: str | None = field(default=None, repr=False)
     token_endpoint_url: str | None = None
     scope: str | None = None
     extensions: tuple[tuple[str, str], ...] = ()
