@@ -8,6 +8,7 @@ from twopc.broker.spec import (
     REPLICATED_VARIANT,
     VARIANTS,
     BrokerSpec,
+    OAuthListener,
 )
 
 __all__ = [
@@ -20,5 +21,6 @@ __all__ = [
     "BrokerSpec",
     "BrokerStartError",
     "LocalKafka",
+    "OAuthListener",
     "free_port",
 ]

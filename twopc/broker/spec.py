@@ -10,6 +10,23 @@ KAFKA3_VERSION = "3.9.2"
 
 
 @dataclass(frozen=True)
+class OAuthListener:
+    """SASL/OAUTHBEARER on the SASL listeners (KIP-768 validation of JWTs).
+
+    With `jwks_url`, Kafka's `OAuthBearerValidatorCallbackHandler` checks each token's signature
+    against the keys published there (and `aud`/`iss` when `audience`/`issuer` are given); without
+    it, Kafka's unsecured-JWS validator accepts unsigned (`alg: none`) tokens: tests only.
+    `max_reauth_ms` is the broker's `connections.max.reauth.ms` for OAUTHBEARER sessions (KIP-368);
+    without it a session still ends when its token expires.
+    """
+
+    jwks_url: str | None = None
+    audience: str | None = None
+    issuer: str | None = None
+    max_reauth_ms: int | None = None
+
+
+@dataclass(frozen=True)
 class BrokerSpec:
     """A single-node or small KRaft cluster of real Apache Kafka brokers.
 
@@ -28,7 +45,13 @@ class BrokerSpec:
     # Adds an SSL listener (client certificate required) and, with sasl_users, a SASL_SSL one;
     # the CA and certificates are made at start (twopc/broker/tls.py, needs `cryptography`).
     tls: bool = False
+    # Adds OAUTHBEARER to the SASL listeners (a SASL_PLAINTEXT listener even without sasl_users).
+    oauth: OAuthListener | None = None
     extra_properties: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def has_sasl(self) -> bool:
+        return bool(self.sasl_users) or self.oauth is not None
 
     @property
     def major(self) -> int:

@@ -13,6 +13,12 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from twopc.control.config import tls_failure_advice
+from twopc.control.oauth import (
+    TOKEN_PROVIDER_KEY,
+    OAuthTokenError,
+    ProducerOAuthCallback,
+    producer_oauth_callback,
+)
 from twopc.executor.checksum import warm_up
 from twopc.executor.rows import (
     Columns,
@@ -67,6 +73,15 @@ def transactional_producer_config(user: Mapping[str, Any], transactional_id: str
     # Starter): 10 ms makes the start ~15 ms instead of ~60. Failed reconnects still back off
     # exponentially up to reconnect.backoff.max.ms.
     config.setdefault("reconnect.backoff.ms", 10)
+    if TOKEN_PROVIDER_KEY in user:
+        if "oauth_cb" in config:
+            raise WriterConfigError(f"producer config has both oauth_cb and {TOKEN_PROVIDER_KEY}: "
+                                    "give one")
+        try:
+            config["oauth_cb"] = producer_oauth_callback(user)
+        except OAuthTokenError as exc:
+            raise BrokerSecurityError(f"transactional id {transactional_id!r}: no OAUTHBEARER "
+                                      f"token: {exc}. Nothing was written") from exc
     config["transactional.id"] = transactional_id
     config["transaction.timeout.ms"] = timeout_ms
     config["enable.idempotence"] = True
@@ -124,12 +139,31 @@ class SecurityErrors:
         err = self.seen[-1]
         if err.code() == KafkaError._SSL:
             fix = tls_failure_advice(err.str(), self.config)
+        elif str(self.config.get("sasl.mechanism", "")).upper() == "OAUTHBEARER":
+            # Kafka answers a refused token with only {"status":"invalid_token"}; the brokers'
+            # log says why (OAuthBearerValidatorCallbackHandler).
+            fix = ("the brokers refused the OAUTHBEARER token: it must be unexpired and carry the "
+                   "audience and issuer the brokers expect (sasl.oauthbearer.expected.audience, "
+                   "sasl.oauthbearer.expected.issuer); check the token source ("
+                   f"{_oauth_source(self.config)})")
         else:
             fix = ("check sasl.mechanism, sasl.username and sasl.password (and that the user "
                    "exists on the brokers)")
         raise BrokerSecurityError(
             f"transactional id {transactional_id!r}: the producer cannot connect to the brokers "
             f"securely ({err.str()}): {fix}. Nothing was written")
+
+
+def _oauth_source(config: Mapping[str, Any]) -> str:
+    callback = config.get("oauth_cb")
+    if isinstance(callback, ProducerOAuthCallback):
+        return f"{callback.source}; the token is {callback.describe_token()}"
+    if callback is not None:
+        return "the producer's oauth_cb"
+    if str(config.get("sasl.oauthbearer.method", "")).lower() == "oidc":
+        return (f"sasl.oauthbearer.token.endpoint.url={config.get('sasl.oauthbearer.token.endpoint.url')}"
+                f", sasl.oauthbearer.client.id={config.get('sasl.oauthbearer.client.id')}")
+    return "sasl.oauthbearer.config"
 
 
 class Starter(threading.Thread):

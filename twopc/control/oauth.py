@@ -1,0 +1,466 @@
+"""SASL/OAUTHBEARER (RFC 7628, KIP-255, KIP-768): where the bearer token comes from, and the
+messages of the exchange. Shared by both halves: the writer hands librdkafka an `oauth_cb` built
+here (`producer_oauth_callback`), the control client authenticates with `TokenSource`.
+
+Where a token comes from, in the librdkafka-style config both halves read:
+
+- `twopc.oauth.token.provider=module:function`: the user's function, called with
+  `sasl.oauthbearer.config` (as librdkafka calls `oauth_cb`), returns `(token, expiry)` or
+  `(token, expiry, principal, extensions)`; `expiry` is an epoch time in seconds or milliseconds
+  (aws-msk-iam-sasl-signer-python's `generate_auth_token(region)` returns milliseconds);
+- `sasl.oauthbearer.method=oidc`: the client-credentials grant (RFC 6749 section 4.4) at
+  `sasl.oauthbearer.token.endpoint.url` with `sasl.oauthbearer.client.id`/`.client.secret` (HTTP
+  Basic) and `sasl.oauthbearer.scope`, as librdkafka does it;
+- `enable.sasl.oauthbearer.unsecure.jwt=true`: an unsigned token for `principal=` in
+  `sasl.oauthbearer.config` (development brokers with Kafka's unsecured validator only).
+
+`sasl.oauthbearer.extensions=key=value,...` are sent with the token (Confluent Cloud's
+`logicalCluster` and `identityPoolId`).
+
+Kafka tells a client whose token it refuses only `{"status":"invalid_token"}` (the reason, expired
+or wrong audience, is in the broker's log): `refusal_message` says what the token held and which
+setting made it, and `TokenSource.token` refuses a token that has expired by its own `exp` before
+any broker sees it.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import importlib
+import json
+import re
+import ssl
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from twopc.control.errors import AuthenticationError, ConfigError
+
+MECHANISM = "OAUTHBEARER"
+TOKEN_PROVIDER_KEY = "twopc.oauth.token.provider"
+# RFC 7628 section 3.1: kvsep is ^A; extension keys are ALPHA only, `auth` is reserved.
+_SEP = "\x01"
+_KEY_RE = re.compile(r"^[A-Za-z]+$")
+_VALUE_RE = re.compile(r"^[\x21-\x7E \t\r\n]+$")
+# A returned expiry above this is milliseconds (1e11 s is the year 5138; 1e11 ms is 1973).
+_MS_THRESHOLD = 1e11
+# Refresh a token once this fraction of its lifetime has passed (librdkafka and Kafka's Java
+# client refresh at 80% too), and never hand out one with less than this many seconds left.
+REFRESH_FRACTION = 0.8
+MIN_REMAINING_S = 2.0
+
+
+class OAuthTokenError(AuthenticationError):
+    """No usable token: the provider failed, the token endpoint refused, the token has expired, or
+    a broker refused it. `setting` names the configuration that produced the token."""
+
+    def __init__(self, message: str, setting: str) -> None:
+        super().__init__(message)
+        self.setting = setting
+
+
+@dataclass(frozen=True)
+class OAuthSettings:
+    method: str  # "provider", "oidc" or "unsecured"
+    config: str = ""  # sasl.oauthbearer.config
+    provider: str | None = None
+    client_id: str | None = None
+    client_secret: str | None = field(default=None, repr=False)
+    token_endpoint_url: str | None = None
+    scope: str | None = None
+    extensions: tuple[tuple[str, str], ...] = ()
+    https_ca_location: str | None = None
+    timeout_s: float = 10.0
+
+    @property
+    def source(self) -> str:
+        """The setting that makes the tokens, for error messages."""
+        if self.method == "provider":
+            return f"{TOKEN_PROVIDER_KEY}={self.provider}"
+        if self.method == "oidc":
+            return (f"sasl.oauthbearer.token.endpoint.url={self.token_endpoint_url} with "
+                    f"sasl.oauthbearer.client.id={self.client_id}")
+        return "enable.sasl.oauthbearer.unsecure.jwt=true"
+
+
+def parse_extensions(raw: str | None) -> tuple[tuple[str, str], ...]:
+    """`sasl.oauthbearer.extensions`: comma-separated key=value pairs (librdkafka's format)."""
+    out: list[tuple[str, str]] = []
+    for part in (raw or "").split(","):
+        if not part.strip():
+            continue
+        key, sep, value = part.strip().partition("=")
+        if not sep or not _KEY_RE.match(key) or key == "auth" or not _VALUE_RE.match(value):
+            raise ConfigError(f"sasl.oauthbearer.extensions entry {part.strip()!r} is not "
+                              "KEY=VALUE with a letters-only KEY other than 'auth' (RFC 7628)")
+        out.append((key, value))
+    return tuple(out)
+
+
+def oauth_settings(cfg: Mapping[str, str], timeout_s: float = 10.0) -> OAuthSettings:
+    """The token source `cfg` configures; ConfigError naming the keys when there is none."""
+    provider = cfg.get(TOKEN_PROVIDER_KEY)
+    method = cfg.get("sasl.oauthbearer.method", "default").lower()
+    unsecured = str(cfg.get("enable.sasl.oauthbearer.unsecure.jwt", "false")).lower() == "true"
+    config = cfg.get("sasl.oauthbearer.config", "")
+    extensions = parse_extensions(cfg.get("sasl.oauthbearer.extensions"))
+    if method not in ("default", "oidc"):
+        raise ConfigError(f"sasl.oauthbearer.method={method!r}: expected default or oidc")
+    if sum((provider is not None, method == "oidc", unsecured)) != 1:
+        raise ConfigError(
+            "sasl.mechanism=OAUTHBEARER needs exactly one token source: "
+            f"{TOKEN_PROVIDER_KEY}=module:function (a function returning (token, expiry)), "
+            "sasl.oauthbearer.method=oidc with sasl.oauthbearer.token.endpoint.url, "
+            "sasl.oauthbearer.client.id and sasl.oauthbearer.client.secret, or (development "
+            "brokers only) enable.sasl.oauthbearer.unsecure.jwt=true")
+    if provider is not None:
+        load_provider(provider)  # fails now, naming the setting, rather than at first connect
+        return OAuthSettings("provider", config, provider=provider, extensions=extensions,
+                             timeout_s=timeout_s)
+    if method == "oidc":
+        missing = [k for k in ("sasl.oauthbearer.token.endpoint.url", "sasl.oauthbearer.client.id",
+                               "sasl.oauthbearer.client.secret") if not cfg.get(k)]
+        if missing:
+            raise ConfigError(f"sasl.oauthbearer.method=oidc needs {', '.join(missing)}")
+        url = cfg["sasl.oauthbearer.token.endpoint.url"]
+        if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+            raise ConfigError(f"sasl.oauthbearer.token.endpoint.url={url!r} is not an http(s) URL")
+        return OAuthSettings("oidc", config, client_id=cfg["sasl.oauthbearer.client.id"],
+                             client_secret=cfg["sasl.oauthbearer.client.secret"],
+                             token_endpoint_url=url, scope=cfg.get("sasl.oauthbearer.scope"),
+                             https_ca_location=cfg.get("https.ca.location"),
+                             extensions=extensions, timeout_s=timeout_s)
+    return OAuthSettings("unsecured", config, extensions=extensions, timeout_s=timeout_s)
+
+
+def load_provider(spec: str) -> Callable[..., Any]:
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigError(f"{TOKEN_PROVIDER_KEY}={spec!r} must be 'module:function' "
+                          "(e.g. mypkg.tokens:msk_token)")
+    try:
+        target: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            target = getattr(target, part)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"{TOKEN_PROVIDER_KEY}={spec!r} cannot be loaded ({exc}): the module "
+                          "must be importable on the driver and on every executor") from exc
+    if not callable(target):
+        raise ConfigError(f"{TOKEN_PROVIDER_KEY}={spec!r} is not callable")
+    return target  # type: ignore[no-any-return]
+
+
+# --- tokens -----------------------------------------------------------------------------------
+
+def jwt_claims(token: str) -> dict[str, Any] | None:
+    """The claims of a JWT, unverified (for messages and expiry only); None if `token` is not a
+    JWT (an MSK IAM token is a base64url signed URL)."""
+    parts = token.split(".")
+    if len(parts) != 3:
+        return None
+    try:
+        payload = base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4))
+        claims = json.loads(payload)
+    except (ValueError, binascii.Error):
+        return None
+    return claims if isinstance(claims, dict) else None
+
+
+def normalize_expiry(value: object, source: str) -> float:
+    """An epoch expiry in seconds, from seconds or milliseconds."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise OAuthTokenError(f"{source} returned expiry {value!r}: expected an epoch time in "
+                              "seconds or milliseconds", source)
+    return float(value) / 1000.0 if value > _MS_THRESHOLD else float(value)
+
+
+@dataclass(frozen=True)
+class Token:
+    value: str
+    expires_at: float  # epoch seconds
+    obtained_at: float
+    principal: str | None = None
+    extensions: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def claims(self) -> dict[str, Any] | None:
+        return jwt_claims(self.value)
+
+    def remaining(self, now: float | None = None) -> float:
+        return self.expires_at - (time.time() if now is None else now)
+
+    def describe(self, now: float | None = None) -> str:
+        left = self.remaining(now)
+        when = f"expires in {left:.0f} s" if left > 0 else f"expired {-left:.0f} s ago"
+        claims = self.claims
+        if claims is None:
+            return f"a token that is not a JWT, which {when}"
+        shown = ", ".join(f"{k}={claims[k]!r}" for k in ("sub", "aud", "iss", "scope")
+                          if k in claims)
+        return f"a JWT with {shown or 'no sub, aud or iss claim'}, which {when}"
+
+
+def _result_to_token(result: object, source: str, default_ext: tuple[tuple[str, str], ...]
+                     ) -> Token:
+    if not isinstance(result, (tuple, list)) or len(result) not in (2, 3, 4):
+        raise OAuthTokenError(f"{source} returned {type(result).__name__}: expected (token, "
+                              "expiry) or (token, expiry, principal, extensions)", source)
+    value, expiry = result[0], result[1]
+    if not isinstance(value, str) or not value:
+        raise OAuthTokenError(f"{source} returned no token string", source)
+    principal = result[2] if len(result) > 2 else None
+    extensions = default_ext
+    if len(result) == 4 and result[3]:
+        extensions = tuple((str(k), str(v)) for k, v in dict(result[3]).items())
+    return Token(value, normalize_expiry(expiry, source), time.time(),
+                 str(principal) if principal else None, extensions)
+
+
+def fetch_token(settings: OAuthSettings) -> Token:
+    """A new token from the configured source (blocking: a user function or an HTTP call)."""
+    if settings.method == "provider":
+        assert settings.provider is not None
+        fn = load_provider(settings.provider)
+        try:
+            result = fn(settings.config)
+        except Exception as exc:
+            raise OAuthTokenError(f"{settings.source} raised {type(exc).__name__}: {exc}",
+                                  settings.source) from exc
+        token = _result_to_token(result, settings.source, settings.extensions)
+    elif settings.method == "oidc":
+        token = _client_credentials(settings)
+    else:
+        token = _unsecured(settings)
+    _refuse_expired(token, settings)
+    return token
+
+
+def _refuse_expired(token: Token, settings: OAuthSettings) -> None:
+    now = time.time()
+    claims = token.claims or {}
+    exp = claims.get("exp")
+    expiry = min(token.expires_at, float(exp)) if isinstance(exp, (int, float)) else \
+        token.expires_at
+    if expiry <= now:
+        raise OAuthTokenError(
+            f"the OAUTHBEARER token from {settings.source} has expired ({token.describe(now)}; "
+            f"its exp is {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(expiry))}): fix the "
+            "token source (or this machine's clock)", settings.source)
+
+
+def _client_credentials(settings: OAuthSettings) -> Token:
+    assert settings.token_endpoint_url and settings.client_id is not None
+    form = {"grant_type": "client_credentials"}
+    if settings.scope:
+        form["scope"] = settings.scope
+    basic = base64.b64encode(f"{settings.client_id}:{settings.client_secret}".encode()).decode()
+    request = urllib.request.Request(
+        settings.token_endpoint_url, data=urllib.parse.urlencode(form).encode(), method="POST",
+        headers={"Authorization": f"Basic {basic}", "Accept": "application/json",
+                 "Content-Type": "application/x-www-form-urlencoded"})
+    context = None
+    if settings.token_endpoint_url.startswith("https:"):
+        context = ssl.create_default_context(cafile=settings.https_ca_location)
+    where = f"sasl.oauthbearer.token.endpoint.url={settings.token_endpoint_url}"
+    began = time.time()
+    try:
+        with urllib.request.urlopen(request, timeout=settings.timeout_s, context=context) as resp:
+            body = json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        detail = _oauth_error(exc.read())
+        raise OAuthTokenError(
+            f"the token endpoint {where} refused client sasl.oauthbearer.client.id="
+            f"{settings.client_id} (HTTP {exc.code}{detail}): check the client id, "
+            "sasl.oauthbearer.client.secret and sasl.oauthbearer.scope", settings.source) from exc
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise OAuthTokenError(f"cannot get a token from {where}: {exc}", settings.source) from exc
+    value = body.get("access_token") if isinstance(body, dict) else None
+    if not isinstance(value, str) or not value:
+        raise OAuthTokenError(f"the token endpoint {where} answered without an access_token",
+                              settings.source)
+    claims = jwt_claims(value) or {}
+    if isinstance(claims.get("exp"), (int, float)):
+        expires = float(claims["exp"])
+    elif isinstance(body.get("expires_in"), (int, float)):
+        expires = began + float(body["expires_in"])
+    else:
+        raise OAuthTokenError(f"the token from {where} has neither an exp claim nor expires_in",
+                              settings.source)
+    sub = claims.get("sub")
+    return Token(value, expires, began, str(sub) if sub else None, settings.extensions)
+
+
+def _oauth_error(raw: bytes) -> str:
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return ""
+    if not isinstance(body, dict):
+        return ""
+    parts = [str(body[k]) for k in ("error", "error_description") if body.get(k)]
+    return f": {' - '.join(parts)}" if parts else ""
+
+
+def _unsecured(settings: OAuthSettings) -> Token:
+    """librdkafka's `enable.sasl.oauthbearer.unsecure.jwt`: `principal=` (required), `scope=` and
+    `lifeSeconds=` (default 3600) from sasl.oauthbearer.config, space-separated."""
+    options = dict(p.split("=", 1) for p in settings.config.split() if "=" in p)
+    principal = options.get("principal")
+    if not principal:
+        raise OAuthTokenError("enable.sasl.oauthbearer.unsecure.jwt=true needs principal=NAME in "
+                              "sasl.oauthbearer.config", settings.source)
+    now = time.time()
+    life = float(options.get("lifeSeconds", "3600"))
+    claims: dict[str, Any] = {"sub": principal, "iat": now, "exp": now + life}
+    if options.get("scope"):
+        claims["scope"] = options["scope"].split(",")
+
+    def enc(obj: object) -> str:
+        return base64.urlsafe_b64encode(json.dumps(obj).encode()).rstrip(b"=").decode()
+
+    return Token(f"{enc({'alg': 'none'})}.{enc(claims)}.", now + life, now, principal,
+                 settings.extensions)
+
+
+class TokenSource:
+    """One cached token per configuration, refreshed at 80% of its lifetime; thread-safe (the
+    control client's connections and processes' threads share it)."""
+
+    def __init__(self, settings: OAuthSettings) -> None:
+        self.settings = settings
+        self._lock = threading.Lock()
+        self._token: Token | None = None
+        self.fetches = 0
+
+    def token(self, min_remaining_s: float = MIN_REMAINING_S) -> Token:
+        with self._lock:
+            now = time.time()
+            t = self._token
+            if t is not None:
+                refresh_at = t.obtained_at + REFRESH_FRACTION * (t.expires_at - t.obtained_at)
+                if now < refresh_at and t.remaining(now) > min_remaining_s:
+                    return t
+            self._token = fetch_token(self.settings)
+            self.fetches += 1
+            return self._token
+
+    @property
+    def current(self) -> Token | None:
+        return self._token
+
+    def invalidate(self, token: Token) -> None:
+        """Forget `token` (a broker refused it): the next call fetches another."""
+        with self._lock:
+            if self._token is token:
+                self._token = None
+
+
+_SOURCES: dict[OAuthSettings, TokenSource] = {}
+_SOURCES_LOCK = threading.Lock()
+
+
+def token_source(settings: OAuthSettings) -> TokenSource:
+    """The process's TokenSource for `settings`: one token for all of a process's clients."""
+    with _SOURCES_LOCK:
+        source = _SOURCES.get(settings)
+        if source is None:
+            source = _SOURCES[settings] = TokenSource(settings)
+        return source
+
+
+# --- the SASL exchange ------------------------------------------------------------------------
+
+def initial_response(token: str, extensions: tuple[tuple[str, str], ...] = (),
+                     authzid: str = "") -> bytes:
+    """The client's first (and only) message, RFC 7628 section 3.1:
+    gs2-header `n,[a=authzid],` then ^A-separated `auth=Bearer <token>` and extensions, ^A^A."""
+    pairs = [f"auth=Bearer {token}", *(f"{k}={v}" for k, v in extensions)]
+    gs2 = f"n,a={authzid}," if authzid else "n,,"
+    return (gs2 + _SEP + _SEP.join(pairs) + _SEP + _SEP).encode()
+
+
+# What the client sends after the server's error challenge (RFC 7628 section 3.2.3): a lone kvsep.
+ERROR_ACK = _SEP.encode()
+
+
+def server_error(challenge: bytes) -> dict[str, Any]:
+    """The server's JSON error challenge (RFC 7628 section 3.2.2), e.g. Kafka's
+    `{"status":"invalid_token"}`."""
+    try:
+        body = json.loads(challenge.decode("utf-8", errors="replace"))
+    except ValueError:
+        return {"status": challenge.decode("utf-8", errors="replace")}
+    return body if isinstance(body, dict) else {"status": str(body)}
+
+
+def refusal_message(broker: str, status: str, token: Token, settings: OAuthSettings) -> str:
+    advice = ("a token must be unexpired, signed by a key at the brokers' "
+              "sasl.oauthbearer.jwks.endpoint.url, and carry the audience (aud) and issuer (iss) "
+              "the brokers expect (sasl.oauthbearer.expected.audience, "
+              "sasl.oauthbearer.expected.issuer); the brokers log the reason "
+              "(OAuthBearerValidatorCallbackHandler)")
+    if token.claims is None:  # AWS MSK IAM: a signed URL, not a JWT
+        advice = ("for AWS MSK IAM, check the AWS credentials, region and the IAM policy's "
+                  "kafka-cluster:Connect permission")
+    return (f"broker {broker} refused the OAUTHBEARER token ({status}) from {settings.source}: "
+            f"it is {token.describe()}; {advice}")
+
+
+class ProducerOAuthCallback:
+    """confluent-kafka's `oauth_cb` over a TokenSource; `source` names the setting."""
+
+    def __init__(self, source: TokenSource) -> None:
+        self._tokens = source
+        self.source = source.settings.source
+
+    def describe_token(self) -> str:
+        token = self._tokens.current
+        return token.describe() if token is not None else "not fetched yet"
+
+    def __call__(self, oauthbearer_config: str) -> tuple[Any, ...]:
+        token = self._tokens.token()
+        principal = token.principal or str((token.claims or {}).get("sub") or "")
+        return token.value, token.expires_at, principal, dict(token.extensions)
+
+
+def producer_oauth_callback(config: Mapping[str, Any]) -> ProducerOAuthCallback | None:
+    """librdkafka's `oauth_cb` for `twopc.oauth.token.provider`, or None when not configured.
+
+    confluent-kafka (2.13+) runs `oauth_cb` on librdkafka's background thread and its Producer()
+    waits for the first token in whole seconds (`sleep(1)` until set, at most 10 s): every
+    Producer() with an `oauth_cb` takes at least 1 s, and a failing callback shows only as
+    "OAuth token not set within 10 seconds timeout". So the token is fetched here first, through
+    the process's TokenSource (the driver and a reused Python worker fetch once for many
+    producers): a failing provider or an expired token raises OAuthTokenError now, naming the
+    setting. The callback then hands librdkafka the cached token, (token, expiry in epoch seconds,
+    principal, extensions); librdkafka calls it again at 80% of the token's remaining life."""
+    spec = config.get(TOKEN_PROVIDER_KEY)
+    if spec is None:
+        return None
+    mech = str(config.get("sasl.mechanism") or config.get("sasl.mechanisms") or "").upper()
+    if mech != MECHANISM:
+        raise ConfigError(f"{TOKEN_PROVIDER_KEY} is set but sasl.mechanism is {mech or 'unset'}: "
+                          "set sasl.mechanism=OAUTHBEARER (and security.protocol=SASL_SSL)")
+    settings = OAuthSettings("provider", str(config.get("sasl.oauthbearer.config", "")),
+                             provider=str(spec),
+                             extensions=parse_extensions(config.get("sasl.oauthbearer.extensions")))
+    source = token_source(settings)
+    source.token()
+    return ProducerOAuthCallback(source)
+
+
+def librdkafka_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """`config` for a librdkafka client (AdminClient, Consumer) other than the writer's producer:
+    twopc's own keys removed (librdkafka refuses unknown ones), `twopc.oauth.token.provider`
+    turned into an `oauth_cb`."""
+    out = {k: v for k, v in config.items() if not str(k).startswith("twopc.")}
+    callback = producer_oauth_callback(config)
+    if callback is not None:
+        out["oauth_cb"] = callback
+    return out
