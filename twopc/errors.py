@@ -48,7 +48,7 @@ class DataLossError(TwopcError):
             f"batch {batch} is partly committed and the re-run produced different records "
             f"({listing}){': ' + detail if detail else ''}. Nothing more was made visible. The plan "
             "is not deterministic (or the partitioning changed): resolve the batch by hand with "
-            "`twopc recover --resolve` (Coordinator.resolve) once you have decided what to keep"
+            "`twopc recover --resolve` (Recovery.resolve) once you have decided what to keep"
         )
 
 
@@ -93,7 +93,7 @@ class UndecidedError(TwopcError):
         super().__init__(
             f"batch {batch}: the outcome of {len(self.reasons)} transaction(s) is undecided "
             f"({listing}). Retry recovery later (a transaction may still be settling); if it stays "
-            "undecided, inspect the partitions and resolve the batch by hand (Coordinator.resolve)"
+            "undecided, inspect the partitions and resolve the batch by hand (Recovery.resolve)"
         )
 
 

@@ -347,7 +347,7 @@ def test_a_writer_killed_at_a_crash_point_leaves_nothing_visible(
     topic = make_topic(2)
     tid = _tid()
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "writer" / "writer_proc.py"),
+        [sys.executable, str(ROOT / "tests" / "executor" / "writer_proc.py"),
          broker.bootstrap_servers, topic, tid, "3000", "2000", "crash-"],
         env={**os.environ, "TWOPC_CRASH_AT": point}, cwd=ROOT, capture_output=True, text=True,
         timeout=120, check=False)
@@ -370,7 +370,7 @@ def test_the_crash_script_writes_when_not_armed(broker: KafkaUnderTest, topic: s
     """The crash tests' process really writes (so a crash test cannot pass vacuously)."""
     env = {k: v for k, v in os.environ.items() if k != "TWOPC_CRASH_AT"}
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "writer" / "writer_proc.py"),
+        [sys.executable, str(ROOT / "tests" / "executor" / "writer_proc.py"),
          broker.bootstrap_servers, topic, _tid(), "300", "10000", "run-"],
         env=env, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -14,6 +14,7 @@ from twopc.control.config import ClientSettings
 from twopc.control.connection import BrokerConnection
 from twopc.control.errors import (
     COORDINATOR_RETRIABLE,
+    ERROR_CODES,
     BrokerConnectionError,
     RetriesExhaustedError,
     api_error,
@@ -61,6 +62,7 @@ class Cluster:
         self._coordinators: dict[str, int] = {}
         self._group_coordinators: dict[str, int] = {}  # group ids are another key space
         self._leaders: dict[tuple[str, int], int] = {}
+        self._leaderless: set[tuple[str, int]] = set()  # in the metadata, without a leader now
         self.topic_ids: dict[str, uuid.UUID] = {}
 
     # --- connections ---------------------------------------------------------------------
@@ -166,6 +168,9 @@ class Cluster:
                 for p in topic.partitions:
                     if p.leader >= 0:
                         self._leaders[(topic.name, p.partition)] = p.leader
+                        self._leaderless.discard((topic.name, p.partition))
+                    else:
+                        self._leaderless.add((topic.name, p.partition))
         return resp
 
     async def _metadata_connection(self) -> BrokerConnection:
@@ -174,6 +179,8 @@ class Cluster:
     async def leader(self, topic: str, partition: int) -> int:
         if (topic, partition) not in self._leaders:
             await self.refresh_metadata([topic])
+        if (topic, partition) in self._leaderless:  # it exists, its leader is down
+            raise api_error(ERROR_CODES["LEADER_NOT_AVAILABLE"], f"partition {topic}-{partition}")
         if (topic, partition) not in self._leaders:
             raise api_error(3, f"partition {topic}-{partition}")  # UNKNOWN_TOPIC_OR_PARTITION
         return self._leaders[(topic, partition)]

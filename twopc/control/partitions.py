@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from twopc.control import errors as e
 from twopc.control import partition_messages as pm
 from twopc.control.cluster import Backoff, Cluster
-from twopc.control.errors import BrokerConnectionError
+from twopc.control.errors import BrokerConnectionError, KafkaApiError
 from twopc.control.logcheck import FetchProbe, LogCheckResult, LogOutcome, UnknownReason, decide
 from twopc.control.messages import ApiKey
 from twopc.control.record_batches import batch_headers
@@ -46,6 +46,10 @@ async def fetch_at(cluster: Cluster, topic: str, partition: int, offset: int,
             if node is not None:
                 cluster.drop_node(node)
             code, parts = e.ERROR_CODES["NETWORK_EXCEPTION"], []
+        except KafkaApiError as exc:  # no leader now: asked again within the budget
+            if exc.code not in e.LEADER_RETRIABLE:
+                raise
+            code, parts = exc.code, []
         if code in e.LEADER_RETRIABLE or code == e.ERROR_CODES["NETWORK_EXCEPTION"]:
             cluster.forget_leader(topic, partition)
             if await backoff.wait():
@@ -118,9 +122,15 @@ async def by_leader(cluster: Cluster, partitions: list[tuple[str, int]], api: Ap
     network = e.ERROR_CODES["NETWORK_EXCEPTION"]
     while todo:
         by_node: dict[int, list[tuple[str, int]]] = {}
-        for tp in todo:
-            by_node.setdefault(await cluster.leader(*tp), []).append(tp)
         retry: list[tuple[str, int]] = []
+        for tp in todo:
+            try:
+                by_node.setdefault(await cluster.leader(*tp), []).append(tp)
+            except KafkaApiError as exc:  # no leader now (or no such partition)
+                out[tp] = (exc.code, None)
+                if exc.code in e.LEADER_RETRIABLE:
+                    cluster.forget_leader(*tp)
+                    retry.append(tp)
         for node, tps in by_node.items():
             answers: Mapping[tuple[str, int], tuple[int, T]]
             try:

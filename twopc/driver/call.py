@@ -38,6 +38,7 @@ from twopc.driver.stranded import StrandedReport, release_stranded_commits
 from twopc.errors import CommitUnverified, DataLossError, FenceFailed, ProtocolViolation
 from twopc.log.jobs import batch_state, remember_job
 from twopc.log.session import Session, check_binding
+from twopc.protocol.clock import DEFAULT_MARGIN_MS
 from twopc.protocol.holds import to_check
 from twopc.protocol.log_records import (
     Aborted,
@@ -70,7 +71,7 @@ class DriverSettings:
     """What every driver call of one owner needs besides the log and the control client."""
 
     owner: Owner
-    margin_ms: int = 5000  # guard 3: time a transaction must have left at the intent
+    margin_ms: int = DEFAULT_MARGIN_MS  # guard 3: time a transaction must have left at the intent
     settle_wait_ms: int = 60000  # the log check's bounded wait for a stable partition
     retain_batches: int = 10  # finished batches the purge keeps whole
     stranded_wait_ms: int = 5000  # the stranded check's bounded wait

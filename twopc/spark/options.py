@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from checkpoint.redact import redacted_repr
+from twopc.protocol.clock import DEFAULT_MARGIN_MS
 from twopc.spark.errors import OptionError
 
 KAFKA_PREFIX = "kafka."
@@ -49,8 +50,6 @@ MAX_TIMEOUT_MS = 2**31 - 1
 # Each slot is a transactional id per Spark partition that the brokers keep state for, and each
 # task scans its pool: a few are enough (docs/design.md section 5).
 MAX_SLOTS = 1024
-# The Coordinator's default commit margin (twopc/coordinator.py), used when the option is absent.
-DEFAULT_MARGIN_MS = 5_000
 _INT_RE = re.compile(r"^[+-]?[0-9]+$")
 # Namespaces whose near misses are refused (a misspelt twopc.* or kafka.* option would be ignored).
 _NAMESPACES = ("twopc", "kafka")
