@@ -28,6 +28,9 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
 AUDIENCE = "kafka-brokers"
+# The test OAuth broker's connections.max.reauth.ms on its SASL_PLAINTEXT listener (tests/conftest.py):
+# short, so that every client re-authenticates its connections within a test (KIP-368).
+REAUTH_MS = 3000
 CLIENT_ID, CLIENT_SECRET = "twopc-writer", "twopc-writer-secret"
 
 
@@ -198,6 +201,14 @@ class IdentityProvider:
 
 
 PROVIDER = "twopc_testing.oauth:provide_token"
+# A provider whose tokens are not JWTs, as AWS MSK IAM's are not (for tests without a broker).
+OPAQUE_PROVIDER = "twopc_testing.oauth:opaque_token"
+
+
+def opaque_token(config: str) -> tuple[str, float, str, dict[str, str]]:
+    """(token, expiry in ms, principal, extensions): a base64url string, no JWT, an hour long."""
+    return b64url(b"https://kafka.example/?Action=kafka-cluster:Connect"), \
+        (time.time() + 3600) * 1000, "opaque-user", {"logicalCluster": "lkc-1"}
 
 
 def provide_token(config: str) -> tuple[str, float]:
@@ -214,7 +225,9 @@ def provide_token(config: str) -> tuple[str, float]:
     request = urllib.request.Request(
         options["token_url"], data="&".join(f"{k}={v}" for k, v in form.items()).encode(),
         headers={"Authorization": f"Basic {basic}"}, method="POST")
-    with urllib.request.urlopen(request, timeout=10) as resp:
+    # The IdP is on loopback: never through a proxy (a test sets http_proxy for librdkafka's sake).
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(request, timeout=10) as resp:
         body = json.loads(resp.read())
     expiry = time.time() + float(body["expires_in"])
     return body["access_token"], expiry * 1000 if options.get("unit") == "ms" else expiry

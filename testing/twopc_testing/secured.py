@@ -41,14 +41,19 @@ def secured_configs(kafka: LocalKafka) -> dict[str, dict[str, str]]:
 
 def start_oauth_kafka(variant: str, jwks_url: str | None, *, audience: str | None = None,
                       issuer: str | None = None, max_reauth_ms: int | None = None,
-                      tls: bool = False) -> LocalKafka:
+                      tls: bool = False, users: bool = False) -> LocalKafka:
     """A broker of `variant` whose SASL listener(s) take OAUTHBEARER: JWTs checked against
-    `jwks_url` (None: Kafka's unsecured validator, unsigned tokens). With `tls`, a SASL_SSL one too."""
+    `jwks_url` (None: Kafka's unsecured validator, unsigned tokens). With `tls`, a SASL_SSL listener
+    too, which takes unsigned tokens (OAuthListener.unsecured_over_tls); with `users`, PLAIN and
+    SCRAM for user alice as well. `max_reauth_ms` bounds the SASL_PLAINTEXT listener's sessions,
+    every mechanism's (connections.max.reauth.ms, KIP-368)."""
     if variant not in VARIANTS:
         raise RuntimeError(f"an OAuth broker must be one of ours (a variant of {sorted(VARIANTS)}); "
                            f"{variant} is not: unset TWOPC_BOOTSTRAP_SERVERS / TWOPC_BROKER")
-    oauth = OAuthListener(jwks_url, audience, issuer, max_reauth_ms)
-    spec = dataclasses.replace(VARIANTS[variant], oauth=oauth, tls=tls)
+    oauth = OAuthListener(jwks_url, audience, issuer, unsecured_over_tls=tls)
+    spec = dataclasses.replace(VARIANTS[variant], oauth=oauth, tls=tls,
+                               sasl_users={TLS_USER: TLS_PASSWORD} if users else {},
+                               sasl_max_reauth_ms=max_reauth_ms)
     return LocalKafka(spec).start()
 
 

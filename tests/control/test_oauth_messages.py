@@ -100,14 +100,14 @@ def test_settings_need_exactly_one_token_source() -> None:
     s = settings_from_config({**BASE, "twopc.oauth.token.provider": PROVIDER,
                               "sasl.oauthbearer.config": "region=eu-west-1"})
     assert s.oauth is not None and s.oauth.method == "provider"
-    assert s.oauth.config == "region=eu-west-1" and s.sasl_username is None
+    assert s.oauth.oauthbearer_config == "region=eu-west-1" and s.sasl_username is None
 
 
 def test_the_token_source_caches_until_80_percent_of_the_lifetime() -> None:
     source = TokenSource(oauth_settings({**BASE, "enable.sasl.oauthbearer.unsecure.jwt": "true",
                                          "sasl.oauthbearer.config": "principal=a lifeSeconds=3"}))
     first = source.token()
-    assert source.token() is first and jwt_claims(first.value)["sub"] == "a"  # type: ignore[index]
+    assert source.token() is first and jwt_claims(first.access_token)["sub"] == "a"  # type: ignore[index]
     time.sleep(2.5)
     assert source.token() is not first and source.fetches == 2
 
@@ -139,3 +139,76 @@ def test_a_refusal_says_what_the_token_held_and_where_it_came_from() -> None:
     assert "sasl.oauthbearer.expected.audience" in text and PROVIDER in text
     msk = Token("aHR0cHM6Ly9rYWZrYS5ldS13ZXN0LTEuYW1hem9uYXdzLmNvbS8", time.time() + 900, time.time())
     assert "kafka-cluster:Connect" in refusal_message("b1:9098", "invalid_token", msk, settings)
+
+
+@pytest.mark.parametrize(("extra", "named"), [
+    ({"sasl.oauthbearer.grant.type": "urn:ietf:params:oauth:grant-type:jwt-bearer"},
+     "sasl.oauthbearer.grant.type=urn:ietf:params:oauth:grant-type:jwt-bearer"),
+    ({"sasl.oauthbearer.assertion.private.key.file": "/keys/k.pem"},
+     "sasl.oauthbearer.assertion.private.key.file"),
+    ({"sasl.oauthbearer.metadata.authentication.type": "azure_imds"},
+     "sasl.oauthbearer.metadata.authentication.type=azure_imds"),
+    ({"sasl.oauthbearer.metadata.authentication.type": "aws_iam"},
+     "sasl.oauthbearer.metadata.authentication.type=aws_iam"),
+    ({"https.certificate.location": "/certs/client.pem"}, "https.certificate.location"),
+    ({"https.key.location": "/certs/client.key"}, "https.key.location"),
+])
+def test_what_the_control_client_cannot_do_is_refused_by_name(extra: dict[str, str],
+                                                              named: str) -> None:
+    oidc = {**BASE, "sasl.oauthbearer.method": "oidc",
+            "sasl.oauthbearer.token.endpoint.url": "https://idp.example/token",
+            "sasl.oauthbearer.client.id": "c", "sasl.oauthbearer.client.secret": "Zqsecret42"}
+    with pytest.raises(ConfigError) as info:
+        settings_from_config({**oidc, **extra})
+    text = str(info.value)
+    assert named in text, text
+    assert "twopc.oauth.token.provider=module:function" in text  # the setting to use instead
+    assert "twopc.oauthTokenProvider" in text
+    assert "Zqsecret42" not in text
+    # The default grant, and `none`, are what the control client does.
+    settings_from_config({**oidc, "sasl.oauthbearer.grant.type": "client_credentials",
+                          "sasl.oauthbearer.metadata.authentication.type": "none"})
+
+
+def test_librdkafkas_aliases_and_https_ca_pem_are_taken() -> None:
+    s = settings_from_config({**BASE, "sasl.oauthbearer.method": "oidc",
+                              "sasl.oauthbearer.token.endpoint.url": "https://idp.example/token",
+                              "sasl.oauthbearer.client.credentials.client.id": "c",
+                              "sasl.oauthbearer.client.credentials.client.secret": "s",
+                              "https.ca.pem": "-----BEGIN CERTIFICATE-----"})
+    assert s.oauth is not None and (s.oauth.client_id, s.oauth.client_secret) == ("c", "s")
+    assert s.oauth.https_ca_pem == "-----BEGIN CERTIFICATE-----"
+
+
+def test_no_repr_or_error_shows_a_token_or_a_client_secret() -> None:
+    jwt = unsigned_token("writer", aud="kafka")
+    token = Token(jwt, time.time() + 60, time.time())
+    assert jwt not in repr(token) and jwt.split(".")[1] not in repr(token) and "***" in repr(token)
+    s = settings_from_config({**BASE, "sasl.oauthbearer.method": "oidc",
+                              "sasl.oauthbearer.token.endpoint.url":
+                                  "https://user:Zqpass77@idp.example/token?client_secret=Zqq",
+                              "sasl.oauthbearer.client.id": "writer-app",
+                              "sasl.oauthbearer.client.secret": "Zqsecret42",
+                              "sasl.oauthbearer.config": "clientSecret=Zqcfg55"})
+    for shown in (repr(s), repr(s.oauth), s.oauth.source if s.oauth else ""):
+        for secret in ("Zqsecret42", "Zqpass77", "Zqcfg55", "Zqq"):
+            assert secret not in shown, (secret, shown)
+    assert "idp.example/token" in repr(s.oauth) and "writer-app" in repr(s.oauth)
+    # Where the token comes from is named, not masked: errors must say which setting made it.
+    config = parse_options({"kafka.bootstrap.servers": "b:9092", "kafka.sasl.mechanism":
+                            "OAUTHBEARER", "kafka.security.protocol": "SASL_SSL",
+                            "twopc.oauthTokenProvider": PROVIDER,
+                            "twopc.checkpoint": "/chk/x", "twopc.transactionalIdPrefix": "p"},
+                           streaming=False)
+    assert PROVIDER in repr(config)
+    assert refusal_message("b:1", "invalid_token", token,
+                           oauth_settings({**BASE, "twopc.oauth.token.provider": PROVIDER})
+                           ).count(jwt) == 0
+
+
+def test_an_error_is_relabelled_with_the_spark_option() -> None:
+    err = OAuthTokenError(f"the OAUTHBEARER token from twopc.oauth.token.provider={PROVIDER} has "
+                          "expired", f"twopc.oauth.token.provider={PROVIDER}")
+    spark = err.relabel(f"twopc.oauthTokenProvider={PROVIDER}")
+    assert str(spark).startswith(f"the OAUTHBEARER token from twopc.oauthTokenProvider={PROVIDER}")
+    assert spark.setting == f"twopc.oauthTokenProvider={PROVIDER}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import socket
 import subprocess
@@ -36,8 +37,8 @@ class LocalKafka:
     that killing any broker (say, a transaction coordinator) leaves the quorum up.
 
     Every broker has a PLAINTEXT listener (`bootstrap_servers`, also between brokers); with
-    `spec.sasl_users` a SASL_PLAINTEXT one; with `spec.tls` an SSL listener that requires a client
-    certificate and, with SASL users too, a SASL_SSL listener. The TLS material is made at start
+    `spec.sasl_users` or `spec.oauth` a SASL_PLAINTEXT one; with `spec.tls` an SSL listener that
+    requires a client certificate and, with SASL too, a SASL_SSL listener. The TLS material is made at start
     (`tls`: the CA, the brokers' keystore, a client certificate; twopc/broker/tls.py).
     """
 
@@ -302,10 +303,18 @@ class LocalKafka:
                     "org.apache.kafka.common.security.scram.ScramLoginModule required;"
                 ),
             })
-        if self.spec.oauth is not None:
+        oauth = self.spec.oauth
+        if oauth is not None:
             mechanisms.append("OAUTHBEARER")
-            p.update(_oauth_properties(f"{prefix}.oauthbearer", self.spec.oauth))
+            if listener == "sasl_ssl" and oauth.unsecured_over_tls:
+                oauth = dataclasses.replace(oauth, jwks_url=None)
+            p.update(_oauth_properties(f"{prefix}.oauthbearer", oauth))
         p["sasl.enabled.mechanisms"] = ",".join(mechanisms)
+        if listener == "sasl_plaintext" and self.spec.sasl_max_reauth_ms is not None:
+            # Per mechanism (SaslChannelBuilder reads it with the listener and mechanism prefix).
+            for mech in mechanisms:
+                p[f"{prefix}.{mech.lower()}.connections.max.reauth.ms"] = \
+                    str(self.spec.sasl_max_reauth_ms)
         return p
 
     def _system_properties(self) -> dict[str, str]:
@@ -350,8 +359,6 @@ def _oauth_properties(prefix: str, oauth: OAuthListener) -> dict[str, str]:
             p[f"{prefix}.sasl.oauthbearer.expected.issuer"] = oauth.issuer
     # else: Kafka's default for OAUTHBEARER, OAuthBearerUnsecuredValidatorCallbackHandler
     # (unsigned tokens; `exp`, `iat` and `sub` checked).
-    if oauth.max_reauth_ms is not None:
-        p[f"{prefix}.connections.max.reauth.ms"] = str(oauth.max_reauth_ms)
     return p
 
 

@@ -15,15 +15,16 @@ class OAuthListener:
 
     With `jwks_url`, Kafka's `OAuthBearerValidatorCallbackHandler` checks each token's signature
     against the keys published there (and `aud`/`iss` when `audience`/`issuer` are given); without
-    it, Kafka's unsecured-JWS validator accepts unsigned (`alg: none`) tokens: tests only.
-    `max_reauth_ms` is the broker's `connections.max.reauth.ms` for OAUTHBEARER sessions (KIP-368);
-    without it a session still ends when its token expires.
+    it, Kafka's unsecured-JWS validator accepts unsigned (`alg: none`) tokens: tests only. With
+    `unsecured_over_tls` the SASL_SSL listener takes unsigned tokens while the SASL_PLAINTEXT one
+    checks them against `jwks_url` (one broker serves the tests of both). A session ends when its
+    token expires (KIP-368), or sooner with BrokerSpec.sasl_max_reauth_ms.
     """
 
     jwks_url: str | None = None
     audience: str | None = None
     issuer: str | None = None
-    max_reauth_ms: int | None = None
+    unsecured_over_tls: bool = False
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,10 @@ class BrokerSpec:
     tls: bool = False
     # Adds OAUTHBEARER to the SASL listeners (a SASL_PLAINTEXT listener even without sasl_users).
     oauth: OAuthListener | None = None
+    # connections.max.reauth.ms of the SASL_PLAINTEXT listener, for every mechanism (KIP-368):
+    # its clients must re-authenticate their connections within it, or the broker closes them.
+    # The SASL_SSL listener keeps Kafka's default (sessions unbounded but by a token's expiry).
+    sasl_max_reauth_ms: int | None = None
     extra_properties: Mapping[str, str] = field(default_factory=dict)
 
     @property

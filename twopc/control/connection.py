@@ -205,7 +205,7 @@ class BrokerConnection:
         assert oauth is not None, "settings_from_config sets oauth for OAUTHBEARER"
         source = token_source(oauth)
         token = await asyncio.get_running_loop().run_in_executor(None, source.token)
-        resp = await self._sasl_authenticate(initial_response(token.value, token.extensions))
+        resp = await self._sasl_authenticate(initial_response(token.access_token, token.extensions))
         if resp.error_code != 0:
             source.invalidate(token)
             raise OAuthTokenError(

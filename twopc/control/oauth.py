@@ -21,6 +21,14 @@ Kafka tells a client whose token it refuses only `{"status":"invalid_token"}` (t
 or wrong audience, is in the broker's log): `refusal_message` says what the token held and which
 setting made it, and `TokenSource.token` refuses a token that has expired by its own `exp` before
 any broker sees it.
+
+What librdkafka can do and the control client cannot is refused by name, with the setting to use
+instead (`unsupported_settings`): the JWT-bearer grant, metadata-based authentication (Azure IMDS,
+AWS IAM) and a client certificate for the token endpoint. A provider function does any of them.
+
+librdkafka gets a provider's tokens through twopc's loopback token endpoint (oauth_relay.py) when
+they are JWTs, else through an `oauth_cb` (`librdkafka_oauth`). Tokens and client secrets never
+appear in a repr or an error (checkpoint/redact.py).
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ import base64
 import binascii
 import importlib
 import json
+import os
 import re
 import ssl
 import threading
@@ -40,6 +49,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from checkpoint.redact import redact_url, redact_urls_in, redacted_repr
+from twopc.control import oauth_relay
 from twopc.control.errors import AuthenticationError, ConfigError
 
 MECHANISM = "OAUTHBEARER"
@@ -64,19 +75,31 @@ class OAuthTokenError(AuthenticationError):
         super().__init__(message)
         self.setting = setting
 
+    def relabel(self, setting: str) -> OAuthTokenError:
+        """The same error naming the token source as `setting` (the Spark option's name, say):
+        every message names the source by its `setting` text."""
+        relabelled = OAuthTokenError(str(self).replace(self.setting, setting), setting)
+        relabelled.__cause__ = self.__cause__
+        return relabelled
+
 
 @dataclass(frozen=True)
 class OAuthSettings:
     method: str  # "provider", "oidc" or "unsecured"
-    config: str = ""  # sasl.oauthbearer.config
+    oauthbearer_config: str = ""  # sasl.oauthbearer.config: may hold secrets, masked in the repr
     provider: str | None = None
     client_id: str | None = None
-    client_secret: str | None = field(default=None, repr=False)
+    client_secret: str | None = None
     token_endpoint_url: str | None = None
     scope: str | None = None
     extensions: tuple[tuple[str, str], ...] = ()
     https_ca_location: str | None = None
-    timeout_s: float = 10.0
+    https_ca_pem: str | None = None
+    # Not part of the identity: the writer's and the control client's sources are one.
+    timeout_s: float = field(default=10.0, compare=False)
+
+    def __repr__(self) -> str:
+        return redacted_repr(self)  # client_secret, oauthbearer_config: masked
 
     @property
     def source(self) -> str:
@@ -84,8 +107,8 @@ class OAuthSettings:
         if self.method == "provider":
             return f"{TOKEN_PROVIDER_KEY}={self.provider}"
         if self.method == "oidc":
-            return (f"sasl.oauthbearer.token.endpoint.url={self.token_endpoint_url} with "
-                    f"sasl.oauthbearer.client.id={self.client_id}")
+            return (f"sasl.oauthbearer.token.endpoint.url={redact_url(self.token_endpoint_url or '')}"
+                    f" with sasl.oauthbearer.client.id={self.client_id}")
         return "enable.sasl.oauthbearer.unsecure.jwt=true"
 
 
@@ -103,8 +126,53 @@ def parse_extensions(raw: str | None) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
+# What librdkafka does and twopc's control client does not, each with what to use instead. A
+# function of yours (twopc.oauth.token.provider) can do any of them for both halves.
+_PROVIDER_INSTEAD = (f"use {TOKEN_PROVIDER_KEY}=module:function (Spark: twopc.oauthTokenProvider), "
+                     "a function that gets the token that way, for the writer and the control "
+                     "client alike")
+_CLIENT_CERT_KEYS = ("https.certificate.location", "https.certificate.pem", "https.key.location",
+                     "https.key.pem", "https.key.password", "https.keystore.location",
+                     "https.keystore.password")
+
+
+def unsupported_settings(cfg: Mapping[str, str]) -> None:
+    """ConfigError naming the first OAuth setting the control client cannot honour."""
+    grant = cfg.get("sasl.oauthbearer.grant.type")
+    if grant is not None and grant.strip().lower() != "client_credentials":
+        raise ConfigError(
+            f"sasl.oauthbearer.grant.type={grant}: twopc's control client takes only the "
+            f"client-credentials grant (the driver's commits could not authenticate); "
+            f"{_PROVIDER_INSTEAD}, or use sasl.oauthbearer.client.id and "
+            "sasl.oauthbearer.client.secret")
+    for key in sorted(cfg):
+        if key.startswith("sasl.oauthbearer.assertion."):
+            raise ConfigError(
+                f"{key} (a JWT assertion, the jwt-bearer grant) is not supported by twopc's "
+                f"control client; {_PROVIDER_INSTEAD}")
+    metadata = cfg.get("sasl.oauthbearer.metadata.authentication.type")
+    if metadata is not None and metadata.strip().lower() != "none":
+        raise ConfigError(
+            f"sasl.oauthbearer.metadata.authentication.type={metadata} (tokens from a cloud "
+            f"metadata service) is not supported by twopc's control client; {_PROVIDER_INSTEAD} "
+            "(e.g. azure-identity's ManagedIdentityCredential, or for AWS MSK "
+            "aws-msk-iam-sasl-signer-python's MSKAuthTokenProvider.generate_auth_token)")
+    for key in _CLIENT_CERT_KEYS:
+        if key in cfg:
+            raise ConfigError(
+                f"{key}: a client certificate for the token endpoint (mutual TLS) is not supported "
+                f"by twopc's control client, nor by librdkafka; {_PROVIDER_INSTEAD}, or "
+                "authenticate to the token endpoint with sasl.oauthbearer.client.secret")
+
+
+def _first(cfg: Mapping[str, str], *keys: str) -> str | None:
+    """The value of the first of `keys` set (librdkafka's aliases)."""
+    return next((cfg[k] for k in keys if cfg.get(k)), None)
+
+
 def oauth_settings(cfg: Mapping[str, str], timeout_s: float = 10.0) -> OAuthSettings:
     """The token source `cfg` configures; ConfigError naming the keys when there is none."""
+    unsupported_settings(cfg)
     provider = cfg.get(TOKEN_PROVIDER_KEY)
     method = cfg.get("sasl.oauthbearer.method", "default").lower()
     unsecured = str(cfg.get("enable.sasl.oauthbearer.unsecure.jwt", "false")).lower() == "true"
@@ -124,17 +192,24 @@ def oauth_settings(cfg: Mapping[str, str], timeout_s: float = 10.0) -> OAuthSett
         return OAuthSettings("provider", config, provider=provider, extensions=extensions,
                              timeout_s=timeout_s)
     if method == "oidc":
-        missing = [k for k in ("sasl.oauthbearer.token.endpoint.url", "sasl.oauthbearer.client.id",
-                               "sasl.oauthbearer.client.secret") if not cfg.get(k)]
+        client_id = _first(cfg, "sasl.oauthbearer.client.id",
+                           "sasl.oauthbearer.client.credentials.client.id")
+        secret = _first(cfg, "sasl.oauthbearer.client.secret",
+                        "sasl.oauthbearer.client.credentials.client.secret")
+        url = cfg.get("sasl.oauthbearer.token.endpoint.url")
+        missing = [k for k, v in (("sasl.oauthbearer.token.endpoint.url", url),
+                                  ("sasl.oauthbearer.client.id", client_id),
+                                  ("sasl.oauthbearer.client.secret", secret)) if not v]
         if missing:
             raise ConfigError(f"sasl.oauthbearer.method=oidc needs {', '.join(missing)}")
-        url = cfg["sasl.oauthbearer.token.endpoint.url"]
+        assert url is not None
         if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
-            raise ConfigError(f"sasl.oauthbearer.token.endpoint.url={url!r} is not an http(s) URL")
-        return OAuthSettings("oidc", config, client_id=cfg["sasl.oauthbearer.client.id"],
-                             client_secret=cfg["sasl.oauthbearer.client.secret"],
+            raise ConfigError(f"sasl.oauthbearer.token.endpoint.url={redact_url(url)!r} is not an "
+                              "http(s) URL")
+        return OAuthSettings("oidc", config, client_id=client_id, client_secret=secret,
                              token_endpoint_url=url, scope=cfg.get("sasl.oauthbearer.scope"),
                              https_ca_location=cfg.get("https.ca.location"),
+                             https_ca_pem=cfg.get("https.ca.pem"),
                              extensions=extensions, timeout_s=timeout_s)
     return OAuthSettings("unsecured", config, extensions=extensions, timeout_s=timeout_s)
 
@@ -182,15 +257,27 @@ def normalize_expiry(value: object, source: str) -> float:
 
 @dataclass(frozen=True)
 class Token:
-    value: str
+    access_token: str  # the bearer token itself: masked in the repr
     expires_at: float  # epoch seconds
     obtained_at: float
     principal: str | None = None
     extensions: tuple[tuple[str, str], ...] = ()
 
+    def __repr__(self) -> str:
+        return redacted_repr(self)
+
     @property
     def claims(self) -> dict[str, Any] | None:
-        return jwt_claims(self.value)
+        return jwt_claims(self.access_token)
+
+    @property
+    def relayable(self) -> bool:
+        """Whether librdkafka's OIDC client can take it: a JWT with a numeric `exp` and a
+        non-empty string `sub` (librdkafka reads both; an AWS MSK IAM token is no JWT)."""
+        claims = self.claims or {}
+        exp, sub = claims.get("exp"), claims.get("sub")
+        return (isinstance(exp, (int, float)) and not isinstance(exp, bool) and exp > 0
+                and isinstance(sub, str) and bool(sub))
 
     def remaining(self, now: float | None = None) -> float:
         return self.expires_at - (time.time() if now is None else now)
@@ -228,7 +315,7 @@ def fetch_token(settings: OAuthSettings) -> Token:
         assert settings.provider is not None
         fn = load_provider(settings.provider)
         try:
-            result = fn(settings.config)
+            result = fn(settings.oauthbearer_config)
         except Exception as exc:
             raise OAuthTokenError(f"{settings.source} raised {type(exc).__name__}: {exc}",
                                   settings.source) from exc
@@ -266,8 +353,16 @@ def _client_credentials(settings: OAuthSettings) -> Token:
                  "Content-Type": "application/x-www-form-urlencoded"})
     context = None
     if settings.token_endpoint_url.startswith("https:"):
-        context = ssl.create_default_context(cafile=settings.https_ca_location)
-    where = f"sasl.oauthbearer.token.endpoint.url={settings.token_endpoint_url}"
+        ca = settings.https_ca_location if settings.https_ca_location != "probe" else None
+        try:
+            context = ssl.create_default_context(
+                cafile=ca if ca and not os.path.isdir(ca) else None,
+                capath=ca if ca and os.path.isdir(ca) else None, cadata=settings.https_ca_pem)
+        except (OSError, ssl.SSLError, ValueError) as exc:
+            given = f"https.ca.location={ca}" if ca else "https.ca.pem"
+            raise OAuthTokenError(f"cannot load the CA certificates of {given} for the token "
+                                  f"endpoint: {exc}", settings.source) from exc
+    where = f"sasl.oauthbearer.token.endpoint.url={redact_url(settings.token_endpoint_url)}"
     began = time.time()
     try:
         with urllib.request.urlopen(request, timeout=settings.timeout_s, context=context) as resp:
@@ -279,7 +374,8 @@ def _client_credentials(settings: OAuthSettings) -> Token:
             f"{settings.client_id} (HTTP {exc.code}{detail}): check the client id, "
             "sasl.oauthbearer.client.secret and sasl.oauthbearer.scope", settings.source) from exc
     except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise OAuthTokenError(f"cannot get a token from {where}: {exc}", settings.source) from exc
+        raise OAuthTokenError(f"cannot get a token from {where}: {redact_urls_in(str(exc))}",
+                              settings.source) from exc
     value = body.get("access_token") if isinstance(body, dict) else None
     if not isinstance(value, str) or not value:
         raise OAuthTokenError(f"the token endpoint {where} answered without an access_token",
@@ -310,7 +406,7 @@ def _oauth_error(raw: bytes) -> str:
 def _unsecured(settings: OAuthSettings) -> Token:
     """librdkafka's `enable.sasl.oauthbearer.unsecure.jwt`: `principal=` (required), `scope=` and
     `lifeSeconds=` (default 3600) from sasl.oauthbearer.config, space-separated."""
-    options = dict(p.split("=", 1) for p in settings.config.split() if "=" in p)
+    options = dict(p.split("=", 1) for p in settings.oauthbearer_config.split() if "=" in p)
     principal = options.get("principal")
     if not principal:
         raise OAuthTokenError("enable.sasl.oauthbearer.unsecure.jwt=true needs principal=NAME in "
@@ -413,54 +509,67 @@ def refusal_message(broker: str, status: str, token: Token, settings: OAuthSetti
 
 
 class ProducerOAuthCallback:
-    """confluent-kafka's `oauth_cb` over a TokenSource; `source` names the setting."""
+    """confluent-kafka's `oauth_cb` over a TokenSource."""
 
     def __init__(self, source: TokenSource) -> None:
-        self._tokens = source
-        self.source = source.settings.source
+        self.tokens = source
 
-    def describe_token(self) -> str:
-        token = self._tokens.current
-        return token.describe() if token is not None else "not fetched yet"
+    def __repr__(self) -> str:
+        return f"ProducerOAuthCallback({self.tokens.settings.source})"
 
     def __call__(self, oauthbearer_config: str) -> tuple[Any, ...]:
-        token = self._tokens.token()
+        token = self.tokens.token()
         principal = token.principal or str((token.claims or {}).get("sub") or "")
-        return token.value, token.expires_at, principal, dict(token.extensions)
+        return token.access_token, token.expires_at, principal, dict(token.extensions)
 
 
-def producer_oauth_callback(config: Mapping[str, Any]) -> ProducerOAuthCallback | None:
-    """librdkafka's `oauth_cb` for `twopc.oauth.token.provider`, or None when not configured.
+def librdkafka_oauth(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The librdkafka settings that stand for `twopc.oauth.token.provider` ({} when it is not
+    set): the process's loopback token endpoint with `sasl.oauthbearer.method=oidc` for a JWT
+    (oauth_relay.py), else an `oauth_cb`.
 
-    confluent-kafka (2.13+) runs `oauth_cb` on librdkafka's background thread and its Producer()
-    waits for the first token in whole seconds (`sleep(1)` until set, at most 10 s): every
-    Producer() with an `oauth_cb` takes at least 1 s, and a failing callback shows only as
-    "OAuth token not set within 10 seconds timeout". So the token is fetched here first, through
-    the process's TokenSource (the driver and a reused Python worker fetch once for many
-    producers): a failing provider or an expired token raises OAuthTokenError now, naming the
-    setting. The callback then hands librdkafka the cached token, (token, expiry in epoch seconds,
-    principal, extensions); librdkafka calls it again at 80% of the token's remaining life."""
-    spec = config.get(TOKEN_PROVIDER_KEY)
-    if spec is None:
-        return None
+    The first token is fetched here, through the process's TokenSource (the driver and a reused
+    Python worker fetch once for many clients): a failing provider or an expired token raises
+    OAuthTokenError now, naming the setting, not librdkafka's "OAuth token not set within 10
+    seconds timeout" later. An `oauth_cb` costs every client constructor at least 1 s
+    (confluent-kafka waits for the first token in whole seconds; oauth_relay.py); it hands
+    librdkafka (token, expiry in epoch seconds, principal, extensions), and librdkafka calls it
+    again at 80% of the token's remaining life."""
+    if config.get(TOKEN_PROVIDER_KEY) is None:
+        return {}
     mech = str(config.get("sasl.mechanism") or config.get("sasl.mechanisms") or "").upper()
     if mech != MECHANISM:
         raise ConfigError(f"{TOKEN_PROVIDER_KEY} is set but sasl.mechanism is {mech or 'unset'}: "
                           "set sasl.mechanism=OAUTHBEARER (and security.protocol=SASL_SSL)")
-    settings = OAuthSettings("provider", str(config.get("sasl.oauthbearer.config", "")),
-                             provider=str(spec),
-                             extensions=parse_extensions(config.get("sasl.oauthbearer.extensions")))
+    if config.get("oauth_cb") is not None:
+        raise ConfigError(f"both oauth_cb and {TOKEN_PROVIDER_KEY} are set: give one")
+    settings = oauth_settings({str(k): str(v) for k, v in config.items() if v is not None})
     source = token_source(settings)
-    source.token()
-    return ProducerOAuthCallback(source)
+    token = source.token()
+    if token.relayable and not oauth_relay.proxied():
+        return oauth_relay.relay().settings_for(source, token)
+    return {"oauth_cb": ProducerOAuthCallback(source)}
+
+
+def describe_source(config: Mapping[str, Any]) -> str | None:
+    """For an error message: the token source behind a librdkafka config made by
+    `librdkafka_oauth` (the setting and what the current token holds), or None."""
+    callback = config.get("oauth_cb")
+    found = callback.tokens if isinstance(callback, ProducerOAuthCallback) else None
+    relay = oauth_relay.current()
+    if found is None and relay is not None:
+        found = relay.source_of(config.get("sasl.oauthbearer.token.endpoint.url"))
+    if found is None:
+        return None
+    token = found.current
+    return (f"{found.settings.source}; the token is "
+            f"{token.describe() if token is not None else 'not fetched yet'}")
 
 
 def librdkafka_config(config: Mapping[str, Any]) -> dict[str, Any]:
     """`config` for a librdkafka client (AdminClient, Consumer) other than the writer's producer:
     twopc's own keys removed (librdkafka refuses unknown ones), `twopc.oauth.token.provider`
-    turned into an `oauth_cb`."""
+    turned into librdkafka's settings (`librdkafka_oauth`)."""
     out = {k: v for k, v in config.items() if not str(k).startswith("twopc.")}
-    callback = producer_oauth_callback(config)
-    if callback is not None:
-        out["oauth_cb"] = callback
+    out.update(librdkafka_oauth(config))
     return out

@@ -12,13 +12,10 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
+from checkpoint.redact import redact_text, redact_url
 from twopc.control.config import tls_failure_advice
-from twopc.control.oauth import (
-    TOKEN_PROVIDER_KEY,
-    OAuthTokenError,
-    ProducerOAuthCallback,
-    producer_oauth_callback,
-)
+from twopc.control.errors import ConfigError
+from twopc.control.oauth import OAuthTokenError, describe_source, librdkafka_oauth
 from twopc.executor.checksum import warm_up
 from twopc.executor.rows import (
     Columns,
@@ -73,15 +70,15 @@ def transactional_producer_config(user: Mapping[str, Any], transactional_id: str
     # Starter): 10 ms makes the start ~15 ms instead of ~60. Failed reconnects still back off
     # exponentially up to reconnect.backoff.max.ms.
     config.setdefault("reconnect.backoff.ms", 10)
-    if TOKEN_PROVIDER_KEY in user:
-        if "oauth_cb" in config:
-            raise WriterConfigError(f"producer config has both oauth_cb and {TOKEN_PROVIDER_KEY}: "
-                                    "give one")
-        try:
-            config["oauth_cb"] = producer_oauth_callback(user)
-        except OAuthTokenError as exc:
-            raise BrokerSecurityError(f"transactional id {transactional_id!r}: no OAUTHBEARER "
-                                      f"token: {exc}. Nothing was written") from exc
+    try:
+        # twopc.oauth.token.provider: librdkafka's own OIDC client on this process's loopback
+        # token endpoint, or an oauth_cb (twopc/control/oauth.py, oauth_relay.py).
+        config.update(librdkafka_oauth(user))
+    except OAuthTokenError as exc:
+        raise BrokerSecurityError(f"transactional id {transactional_id!r}: no OAUTHBEARER "
+                                  f"token: {exc}. Nothing was written") from exc
+    except ConfigError as exc:
+        raise WriterConfigError(str(exc)) from exc
     config["transactional.id"] = transactional_id
     config["transaction.timeout.ms"] = timeout_ms
     config["enable.idempotence"] = True
@@ -151,29 +148,41 @@ class SecurityErrors:
                    "exists on the brokers)")
         raise BrokerSecurityError(
             f"transactional id {transactional_id!r}: the producer cannot connect to the brokers "
-            f"securely ({err.str()}): {fix}. Nothing was written")
+            f"securely ({redact_text(err.str(), self.config)}): {fix}. Nothing was written")
 
 
 def _oauth_source(config: Mapping[str, Any]) -> str:
-    callback = config.get("oauth_cb")
-    if isinstance(callback, ProducerOAuthCallback):
-        return f"{callback.source}; the token is {callback.describe_token()}"
-    if callback is not None:
+    ours = describe_source(config)
+    if ours is not None:
+        return ours
+    if config.get("oauth_cb") is not None:
         return "the producer's oauth_cb"
     if str(config.get("sasl.oauthbearer.method", "")).lower() == "oidc":
-        return (f"sasl.oauthbearer.token.endpoint.url={config.get('sasl.oauthbearer.token.endpoint.url')}"
-                f", sasl.oauthbearer.client.id={config.get('sasl.oauthbearer.client.id')}")
+        url = redact_url(str(config.get("sasl.oauthbearer.token.endpoint.url")))
+        return (f"sasl.oauthbearer.token.endpoint.url={url}, "
+                f"sasl.oauthbearer.client.id={config.get('sasl.oauthbearer.client.id')}")
     return "sasl.oauthbearer.config"
 
 
-class Starter(threading.Thread):
-    """init_transactions and begin_transaction, off the caller's thread (confluent-kafka releases
-    the GIL in both)."""
+def build_off_thread(config: Mapping[str, Any]) -> bool:
+    """Whether Producer(config) is slow enough to build on the Starter's thread: with an
+    `oauth_cb`, confluent-kafka's constructor waits at least 1 s for the first token (sleeping
+    without the GIL), which then overlaps with the caller reading rows ahead. Without one it takes
+    ~2 ms, and is built on the caller's thread, where a refused setting raises at once."""
+    return config.get("oauth_cb") is not None
 
-    def __init__(self, producer: Producer, topic: str | None, timeout_s: float,
-                 security: SecurityErrors, transactional_id: str) -> None:
+
+class Starter(threading.Thread):
+    """The producer's construction if `producer` is None (from `config`: build_off_thread),
+    init_transactions and begin_transaction, off the caller's thread (confluent-kafka releases
+    the GIL in all three)."""
+
+    def __init__(self, producer: Producer | None, topic: str | None, timeout_s: float,
+                 security: SecurityErrors, transactional_id: str,
+                 config: Mapping[str, Any] | None = None) -> None:
         super().__init__(name="twopc-writer-start", daemon=True)
         self.producer = producer
+        self.config = config
         self.topic = topic
         self.timeout_s = timeout_s
         self.security = security
@@ -183,6 +192,8 @@ class Starter(threading.Thread):
 
     def run(self) -> None:
         try:
+            if self.producer is None:
+                self.producer = Producer(self.config)
             # librdkafka sends FindCoordinator only through a connected broker it learned from
             # metadata (not a bootstrap one), and when none is up it retries on a 500 ms timer:
             # init_transactions alone took ~5-100 ms or ~510 ms at random. Two metadata requests
