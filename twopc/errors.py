@@ -127,6 +127,29 @@ class QueryMismatch(TwopcError):
         )
 
 
+class JobFamilyBusy(TwopcError):
+    """Another batch job of the same family (prefix and checkpoint log) is running: this one was
+    refused before it wrote or settled anything."""
+
+    def __init__(self, url: str, job: str, holder_job: str, run: str, holder: str, since: str,
+                 until: str) -> None:
+        self.url = url
+        self.job = job
+        self.holder_job = holder_job
+        super().__init__(
+            f"job {job} was not started: job {holder_job} of the same family is running (run "
+            f"{run} on {holder}, since {since}; its claim on the log {url} lasts until {until} "
+            "unless renewed). The jobs of one transactional id prefix share one log, and one "
+            "job's recovery would settle or fence what the other has not recorded yet, so they "
+            f"run one at a time. Run job {job} again once job {holder_job} has finished. If job "
+            f"{holder_job} is no longer running (its driver died), run it again (a run of the "
+            "same job id takes the claim over and finishes or rolls back what it left), or wait "
+            "until the claim ends. Jobs that must run at the same time need their own "
+            "twopc.transactionalIdPrefix and twopc.checkpoint (twopc.jobLeaseMs: how long a "
+            "claim lasts)"
+        )
+
+
 class GuardFailed(TwopcError):
     """A transaction cannot be committed safely; the whole batch was aborted (nothing visible)."""
 

@@ -142,10 +142,11 @@ def bootstrap_servers(text: str) -> str:
     return text
 
 
-def add_checkpoint_args(p: argparse.ArgumentParser) -> None:
+def add_checkpoint_args(p: argparse.ArgumentParser, *, required: bool = True,
+                        help_text: str = "the twopc checkpoint log (any fsspec URL or a local "
+                        "path)") -> None:
     """--checkpoint, --storage-option and -X of the commands that read a twopc log."""
-    p.add_argument("--checkpoint", required=True, metavar="URL",
-                   help="the twopc checkpoint log (any fsspec URL or a local path)")
+    p.add_argument("--checkpoint", required=required, default=None, metavar="URL", help=help_text)
     p.add_argument("--storage-option", dest="storage", action="append", default=[],
                    type=key_value, metavar="KEY=VALUE", help="fsspec storage option (repeatable; "
                    "JSON values such as true or 3 are decoded, anything else is a string)")

@@ -28,6 +28,7 @@ from twopc.cli._common import (
 )
 from twopc.cli._output import emit_json, fail
 from twopc.control import ControlClient, ControlError, TransactionDescription, TxnState
+from twopc.driver.lease import when
 from twopc.errors import InconsistentLog, TwopcError
 from twopc.log.session import LogView
 from twopc.protocol.clock import coordinator_now
@@ -163,7 +164,15 @@ def build_status(view: LogView, control: ControlClient | None, *, batches: int,
     attention += [f"batch {s['batch']} is partly committed: restart the query (a deterministic "
                   "re-run repairs it)" + (", or resolve it: its re-run was refused (DataLossError)"
                                           if s["data_loss"] else "") for s in stuck]
-    if orphans:
+    lease = state.lease
+    running = lease is not None and lease.live(now_ms)
+    if orphans and running:
+        assert lease is not None
+        attention.append(f"{len(orphans)} open transaction(s) of prefix {view.owner.prefix!r} "
+                         f"that no record names, while job {lease.job} runs (its lease lasts "
+                         f"until {when(lease.until_ms)}): they may be its own, not yet recorded; "
+                         "`twopc recover` would fence them and fail the job")
+    elif orphans:
         attention.append(f"{len(orphans)} open transaction(s) of prefix {view.owner.prefix!r} "
                          "that no record names: `twopc recover` fences them")
     holds = [h for _, h in sorted(state.stranded.items())]
@@ -183,6 +192,9 @@ def build_status(view: LogView, control: ControlClient | None, *, batches: int,
                     for b in recent],
         "pending": pending_rows, "stuck": stuck, "orphans": orphans, "stranded": held,
         "source_offsets": source,
+        "lease": None if lease is None else {
+            "job": lease.job, "run": lease.run, "holder": lease.holder,
+            "since_ms": lease.since_ms, "until_ms": lease.until_ms, "live": running},
         "warnings": warnings, "attention": attention + warnings,
         "healthy": not attention and not warnings,
     }
@@ -323,6 +335,7 @@ def print_source_offsets(src: dict[str, Any] | None) -> None:
     if src["batch"] is None:
         print(f"source offsets: group {src['group']!r}, no committed batch carried them yet")
         return
+    # No carrier: a batch without records recorded by a twopc before issue 30, item 6.
     how = f"carried by {src['carrier']}" if src["carrier"] else "committed plainly (no records)"
     print(f"source offsets: group {src['group']!r} at batch {src['batch']} ({how}):")
     for row in src["partitions"]:
@@ -362,6 +375,11 @@ def print_status(r: dict[str, Any]) -> None:
     for h in r["stranded"]:
         print(f"held {h['transactional_id']} (batch {', '.join(h['batches'])}): {h['reason']}")
     print_source_offsets(r.get("source_offsets"))
+    lease = r.get("lease")
+    if lease is not None:
+        print(f"job {lease['job']} {'holds' if lease['live'] else 'held'} the family's lease (run "
+              f"{lease['run']}, {lease['holder']}, since {when(lease['since_ms'])}, until "
+              f"{when(lease['until_ms'])}{'' if lease['live'] else ': expired'})")
     for w in r["warnings"]:
         print(f"WARN {w}")
     for note in r.get("journal_errors", []):

@@ -24,7 +24,7 @@ from twopc.control import transactions as tx
 from twopc.control.cluster import Cluster
 from twopc.control.config import settings_from_config
 from twopc.control.logcheck import FetchProbe, LogCheckResult
-from twopc.control.messages import ApiKey
+from twopc.control.messages import ApiKey, TopicInfo
 from twopc.control.outcomes import (
     EndTxnOutcome,
     EndTxnRequest,
@@ -137,16 +137,28 @@ class ControlClient:
                 "produce request can leave a transaction hanging (KIP-890): upgrade the brokers")
         return hint
 
+    async def _topics(self, topics: Sequence[str]) -> dict[str, TopicInfo]:
+        """Each topic's Metadata entry, asked afresh; a topic the broker answers an error for
+        (UNKNOWN_TOPIC_OR_PARTITION: it does not exist) is that error, naming the topic."""
+        resp = await self._cluster.refresh_metadata(list(topics))
+        out: dict[str, TopicInfo] = {}
+        for t in resp.topics:
+            if t.error_code != 0:
+                raise e.api_error(t.error_code, f"metadata of topic {t.name!r}")
+            if t.name is not None:
+                out[t.name] = t
+        return out
+
     def topic_ids(self, topics: Sequence[str]) -> dict[str, str]:
         async def run() -> dict[str, str]:
-            resp = await self._cluster.refresh_metadata(list(topics))
-            out: dict[str, str] = {}
-            for t in resp.topics:
-                if t.error_code != 0:
-                    raise e.api_error(t.error_code, f"metadata of topic {t.name!r}")
-                if t.name is not None:
-                    out[t.name] = str(t.topic_id)
-            return out
+            return {name: str(t.topic_id) for name, t in (await self._topics(topics)).items()}
+        return self._call(run())
+
+    def topic_partitions(self, topics: Sequence[str]) -> dict[str, list[int]]:
+        """Each topic's partition numbers, from a fresh Metadata request."""
+        async def run() -> dict[str, list[int]]:
+            found = await self._topics(sorted(set(topics)))
+            return {name: sorted(p.partition for p in t.partitions) for name, t in found.items()}
         return self._call(run())
 
     def coordinators(self, ids: Sequence[str]) -> dict[str, int]:
@@ -182,17 +194,19 @@ class ControlClient:
         a caller may start it before it knows it needs the answer)."""
         return self._start(tx.describe_transactions(self._cluster, list(dict.fromkeys(ids))))
 
-    def list_transactions(self, prefix: str | None = None,
-                          states: Sequence[TxnState] = ()) -> list[TransactionListing]:
-        """Transactions known to every coordinator, optionally those whose id starts with `prefix`
-        and whose state is one of `states`."""
-        return self.start_list_transactions(prefix, states).result()
+    def list_transactions(self, prefix: str | None = None, states: Sequence[TxnState] = (),
+                          producer_ids: Sequence[int] = ()) -> list[TransactionListing]:
+        """Transactions known to every coordinator, optionally those whose id starts with `prefix`,
+        whose state is one of `states` and whose producer id is one of `producer_ids`."""
+        return self.start_list_transactions(prefix, states, producer_ids).result()
 
-    def start_list_transactions(self, prefix: str | None = None, states: Sequence[TxnState] = ()
+    def start_list_transactions(self, prefix: str | None = None, states: Sequence[TxnState] = (),
+                                producer_ids: Sequence[int] = ()
                                 ) -> Future[list[TransactionListing]]:
         """`list_transactions`, sent now and answered through the returned future, so that a
         caller can have other requests of this client (EndTxn) in flight meanwhile."""
-        return self._start(tx.list_transactions(self._cluster, prefix, [s.value for s in states]))
+        return self._start(tx.list_transactions(self._cluster, prefix, [s.value for s in states],
+                                                tuple(sorted(set(producer_ids)))))
 
     # --- ending and fencing --------------------------------------------------------------
 
@@ -251,6 +265,14 @@ class ControlClient:
         per leader. A partition whose leader answers an error is left out. `budget_s`: retry a
         partition without a reachable leader for that long at most (else the retry settings)."""
         return self._call(pa.last_stable(self._cluster, sorted(set(partitions)), budget_s))
+
+    def high_watermarks(self, partitions: Sequence[tuple[str, int]],
+                        budget_s: float | None = None) -> dict[tuple[str, int], int]:
+        """Each partition's high watermark (ListOffsets LATEST at read_uncommitted), one request
+        per leader; as `last_stable_offsets`, a partition whose leader answers an error is left
+        out. The difference of the two is what open transactions hold back from read_committed
+        consumers."""
+        return self._call(pa.high_watermarks(self._cluster, sorted(set(partitions)), budget_s))
 
     def wait_stable(self, past: Mapping[tuple[str, int], int], within_s: float
                     ) -> dict[tuple[str, int], int]:

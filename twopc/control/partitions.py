@@ -18,7 +18,7 @@ from twopc.control import partition_messages as pm
 from twopc.control.cluster import Backoff, Cluster
 from twopc.control.errors import BrokerConnectionError, KafkaApiError
 from twopc.control.logcheck import FetchProbe, LogCheckResult, LogOutcome, UnknownReason, decide
-from twopc.control.messages import ApiKey
+from twopc.control.messages import ISOLATION_READ_UNCOMMITTED, ApiKey
 from twopc.control.record_batches import batch_headers
 
 T = TypeVar("T")
@@ -104,6 +104,17 @@ async def last_stable(cluster: Cluster, partitions: list[tuple[str, int]],
                       budget_s: float | None = None) -> dict[tuple[str, int], int]:
     answers = await by_leader(cluster, partitions, ApiKey.LIST_OFFSETS,
                               pm.encode_list_offsets_latest, pm.decode_list_offsets_all, budget_s)
+    return {tp: offset for tp, (code, offset) in answers.items()
+            if code == 0 and offset is not None}
+
+
+async def high_watermarks(cluster: Cluster, partitions: list[tuple[str, int]],
+                          budget_s: float | None = None) -> dict[tuple[str, int], int]:
+    def encode(version: int, tps: list[tuple[str, int]]) -> bytes:
+        return pm.encode_list_offsets_latest(version, tps, ISOLATION_READ_UNCOMMITTED)
+
+    answers = await by_leader(cluster, partitions, ApiKey.LIST_OFFSETS, encode,
+                              pm.decode_list_offsets_all, budget_s)
     return {tp: offset for tp, (code, offset) in answers.items()
             if code == 0 and offset is not None}
 

@@ -89,11 +89,12 @@ async def describe_at(cluster: Cluster, node: int, ids: list[str]) -> list[tm.Tx
     return tm.decode_describe_transactions(version, reader)
 
 
-async def list_transactions(cluster: Cluster, prefix: str | None,
-                            states: list[str]) -> list[TransactionListing]:
+async def list_transactions(cluster: Cluster, prefix: str | None, states: list[str],
+                            producer_ids: tuple[int, ...] = ()) -> list[TransactionListing]:
     await cluster.refresh_metadata()
     nodes = sorted(cluster.brokers)
-    replies = await asyncio.gather(*(list_at(cluster, n, prefix, states) for n in nodes))
+    replies = await asyncio.gather(*(list_at(cluster, n, prefix, states, producer_ids)
+                                     for n in nodes))
     seen: dict[str, TransactionListing] = {}
     for node, resp in zip(nodes, replies, strict=True):
         for tid, pid, state in resp.transactions:
@@ -103,8 +104,8 @@ async def list_transactions(cluster: Cluster, prefix: str | None,
     return sorted(seen.values(), key=lambda t: t.transactional_id)
 
 
-async def list_at(cluster: Cluster, node: int, prefix: str | None,
-                   states: list[str]) -> tm.ListTransactionsResponse:
+async def list_at(cluster: Cluster, node: int, prefix: str | None, states: list[str],
+                  producer_ids: tuple[int, ...] = ()) -> tm.ListTransactionsResponse:
     backoff = Backoff(cluster.settings)
     while True:
         conn = await cluster.connection(node)
@@ -112,7 +113,7 @@ async def list_at(cluster: Cluster, node: int, prefix: str | None,
         pattern = prefix_pattern(prefix) if prefix and version >= 2 else None
         resp = tm.decode_list_transactions(version, await conn.request(
             ApiKey.LIST_TRANSACTIONS, version,
-            tm.encode_list_transactions(version, states, pattern)))
+            tm.encode_list_transactions(version, states, pattern, producer_ids)))
         if resp.error_code == 0:
             return resp
         if resp.error_code not in e.COORDINATOR_RETRIABLE or not await backoff.wait():

@@ -5,9 +5,10 @@ PySpark runs each commit() and abort() in a fresh process, so a driver call read
 afresh and keeps nothing from an earlier one. Two rules of the protocol are kept here, in the
 door every path goes through, rather than by the order of calls in each path:
 
-- every EndTxn, fence and release follows a record this call appended that names the ids it
-  touches: the log is the fence between drivers, so a paused old driver can act only on what it
-  recorded itself, and its next append fails (`ProtocolViolation` otherwise);
+- every EndTxn, fence, release and offsets transaction follows a record this call appended
+  that names the ids it touches: the log is the fence between drivers, so a paused old driver
+  can act only on what it recorded itself, and its next append fails (`ProtocolViolation`
+  otherwise);
 - stranded commits are released before any fence: a later transaction on a stranded commit's id
   would end the committed records with its own ending, an abort included (stranded.py);
 - an id held as stranded is never fenced, nor named an orphan: its open transaction may be our
@@ -34,6 +35,8 @@ from twopc.control import (
     TransactionListing,
     TxnState,
 )
+from twopc.crashpoints import crash_point
+from twopc.driver.source_offsets import commit_alone
 from twopc.driver.stranded import StrandedReport, release_stranded_commits
 from twopc.errors import CommitUnverified, DataLossError, FenceFailed, ProtocolViolation
 from twopc.log.jobs import batch_state, remember_job
@@ -51,6 +54,7 @@ from twopc.protocol.log_records import (
     Released,
     RollForward,
 )
+from twopc.protocol.offsets import SourceOffsets
 from twopc.protocol.owner import Owner, OwnerKind
 from twopc.protocol.plans import plan_purge, unnamed_open
 from twopc.protocol.state import BatchState, BatchStatus, LogState
@@ -83,6 +87,10 @@ FencedRecord = Aborted | Duplicates | Orphans
 
 def named_ids(record: LogRecord) -> tuple[str, ...]:
     """The transactional ids a record names: those a call may end, fence or release after it."""
+    if isinstance(record, Prepared) and not record.handles:
+        # A batch without records: the id of its source offsets' own transaction.
+        carrier = record.offsets.carrier if record.offsets is not None else None
+        return () if carrier is None else (carrier,)
     if isinstance(record, Prepared | Aborted):
         return tuple(h.transactional_id for h in record.handles)
     if isinstance(record, Duplicates | Orphans | RollForward | Released):
@@ -196,6 +204,15 @@ class DriverCall:
         rest = [t for t in ids if t not in self.state.stranded]
         return fence_failures(self.control.fence(rest)) if rest else {}
 
+    def commit_offsets_alone(self, batch: str, offsets: SourceOffsets) -> None:
+        """The source offsets of a batch without records, in a transaction of their own on the id
+        a record of this call names as their carrier (source_offsets.py `commit_alone`); stranded
+        commits released first, as before a fence (it starts with InitProducerId)."""
+        assert offsets.carrier is not None
+        self._require_named((offsets.carrier,), "an offsets transaction")
+        self._ensure_released()
+        commit_alone(self.control, batch, offsets, self.settings.stranded_wait_ms / 1000)
+
     def release(self, transactional_id: str, partitions: Sequence[tuple[str, int]],
                 producer_id: int) -> ReleaseResult:
         """A stranded commit's release (stranded.py), after the `released` record naming it."""
@@ -229,6 +246,7 @@ class DriverCall:
         the batch's own transactions can fail it: what is stuck or unreadable elsewhere (a
         partition whose leader is down, among an older batch's) stays held, no task takes those
         ids, and later checks look again (issue 30, item 5)."""
+        crash_point("stranded.before_check")  # tests only: the torture suite pauses here
         try:
             report = self.release_stranded(only, patient={batch})
         except DataLossError:

@@ -1,10 +1,12 @@
 """Settling recorded intents without outcome (docs/design.md section 4), in two passes.
 
 Pass 1 acts on what the coordinator proves: it names, in one record, the open transactions it will
-roll forward (and, when sweeping, the pool's open transactions nothing recorded names), then
-commits the first and fences the second. Pass 2 asks the log itself about the rest, with a bounded
-wait that ends in "unknown" rather than a hang. Each batch's outcome is then recorded. The
-decisions are in twopc/protocol; this module only asks and carries out, through the call's door.
+roll forward and the ids of the source offsets' own transactions of batches without records (and,
+when sweeping, in another, the pool's open transactions nothing recorded names), then commits the
+first, fences the last, and does the offsets' transactions again (source_offsets.py). Pass 2 asks
+the log itself about the rest, with a bounded wait that ends in "unknown" rather than a hang. Each
+batch's outcome is then recorded. The decisions are in twopc/protocol; this module only asks and
+carries out, through the call's door.
 
 Every verdict belongs to one recorded handle (`txn_key`: transactional id, producer id, epoch):
 two pending intents may name one transactional id with different epochs, and each gets its own.
@@ -21,10 +23,9 @@ from twopc.control import ControlClient, EndTxnOutcome, EndTxnRequest, TxnState
 from twopc.crashpoints import crash_point
 from twopc.driver.call import DriverCall
 from twopc.driver.recovery_report import BatchReport, HandleReport, RecoveryReport
-from twopc.driver.source_offsets import commit_plain
 from twopc.protocol.handle import Handle
 from twopc.protocol.log_records import Aborted, Committed, Orphans, Partial, RollForward
-from twopc.protocol.offsets import CarrierAction, carrier_action
+from twopc.protocol.offsets import CarrierAction, alone_id, carrier_action
 from twopc.protocol.plans import unnamed_open
 from twopc.protocol.state import BatchState, TxnKey, txn_key
 from twopc.protocol.verdicts import (
@@ -80,15 +81,24 @@ def settle(call: DriverCall, batches: Sequence[BatchState], *, sweep: bool,
                  and txn_key(h) not in carriers}.values())
     held_carriers = [h for _, h in handles if txn_key(h) in carriers
                      and first[txn_key(h)].fate is Fate.ROLL_FORWARD]
+    # Batches without records: their source offsets' own transaction is done again on the id the
+    # intent names (an intent written before those transactions names none: one is chosen).
+    alone = {b.batch: b.offsets.with_carrier(b.offsets.carrier or alone_id(
+                 prefix, call.state.in_use()))
+             for b in batches if not b.intent and b.offsets is not None}
+    rolled = (*(h.transactional_id for h in roll), *(str(o.carrier) for o in alone.values()))
     orphans: tuple[str, ...] = ()
     if sweep:
         listed = control.list_transactions(prefix, states=[TxnState.ONGOING])
-        # Held ids too: a held id's open transaction may be our release, cut short (call.py).
+        # Never an open transaction this settling may still commit: those rolled forward, the
+        # carriers held back until pass 2 decides them, and held ids (a held id's open
+        # transaction may be our release, cut short: call.py).
         orphans = unnamed_open(prefix, (t.transactional_id for t in listed),
-                               protected={h.transactional_id for h in roll}
+                               protected=set(rolled)
+                               | {h.transactional_id for h in held_carriers}
                                | set(call.state.stranded))
-    if roll:
-        call.append(RollForward(tuple(h.transactional_id for h in roll)))
+    if rolled:
+        call.append(RollForward(tuple(dict.fromkeys(rolled))))
     if orphans:
         call.append(Orphans(orphans))
     crash_point("recovery.after_record")
@@ -118,9 +128,8 @@ def settle(call: DriverCall, batches: Sequence[BatchState], *, sweep: bool,
     progress(total)
 
     for b in batches:
-        if not b.intent and b.offsets is not None:
-            # A batch without records: its decided offsets are committed plainly (idempotent).
-            commit_plain(control, b.batch, b.offsets)
+        if b.batch in alone:
+            call.commit_offsets_alone(b.batch, alone[b.batch])
         open_orphans = partial(_open_orphans, call, b) if name_orphans else None
         report.batches.append(_record_outcome(call, b, first, fates, open_orphans))
         crash_point("recovery.after_outcome")

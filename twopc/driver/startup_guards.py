@@ -1,5 +1,6 @@
 """Guard 1, at start: the brokers' version and the transaction timeout against their maximum
-(docs/design.md section 4). Raises UnsupportedBroker with what to change.
+(docs/design.md section 4). Raises UnsupportedBroker with what to change. And the trigger interval
+against the timeout (`trigger_interval_problem`, pure: the Spark side raises).
 """
 
 from __future__ import annotations
@@ -66,3 +67,34 @@ def check_at_start(control: ControlClient, config: Mapping[str, str],
     check_timeout(transaction_timeout_ms, broker_max_timeout_ms(config))
     return found
 
+
+
+# A micro-batch's transactions stay open from its tasks' start to its commit. A query that keeps up
+# with its trigger spends up to the interval on a batch, so the interval may take at most this
+# fraction of the timeout: a batch that fills its interval then commits at the age where the commit
+# warns (observe.AGE_WARNING_RATIO), with the other half left for a slower one.
+TRIGGER_FRACTION = 0.5
+
+
+def max_trigger_interval_ms(transaction_timeout_ms: int, margin_ms: int) -> int:
+    """The longest trigger interval a timeout allows: TRIGGER_FRACTION of it, and in any case
+    less than what guard 3 leaves (the timeout less the commit margin)."""
+    return max(0, min(int(transaction_timeout_ms * TRIGGER_FRACTION),
+                      transaction_timeout_ms - margin_ms))
+
+
+def trigger_interval_problem(trigger_ms: int, transaction_timeout_ms: int,
+                             margin_ms: int) -> str | None:
+    """Why a trigger interval is unsafe for the timeout, with the fix; None if it is safe."""
+    limit = max_trigger_interval_ms(transaction_timeout_ms, margin_ms)
+    if trigger_ms <= limit:
+        return None
+    needed = max(int(trigger_ms / TRIGGER_FRACTION), trigger_ms + margin_ms)
+    return (
+        f"a trigger interval of {trigger_ms} ms is more than {limit} ms, the most that a "
+        f"transaction timeout of {transaction_timeout_ms} ms allows (half of it, and less than "
+        f"the timeout minus the commit margin of {margin_ms} ms): a micro-batch's transactions "
+        "stay open from its tasks' start to its commit, and a query that keeps up with its "
+        "trigger spends up to the interval on a batch. Trigger more often (processingTime of at "
+        f"most {limit} ms) or raise twopc.transactionTimeoutMs to at least {needed} ms (within the "
+        "brokers' transaction.max.timeout.ms)")

@@ -97,7 +97,9 @@ class Orphans:
 
 @dataclass(frozen=True)
 class RollForward:
-    """Recovery is about to commit these open handles of recorded intents (names them first)."""
+    """Recovery is about to commit these open handles of recorded intents (names them first), and
+    the source offsets of recorded batches without records in transactions of their own on these
+    ids (source_offsets.py `commit_alone`)."""
 
     ids: tuple[str, ...]
 
@@ -133,6 +135,23 @@ class Stranded:
 
 
 @dataclass(frozen=True)
+class Lease:
+    """A run of batch job ``job`` holds its family's log (the jobs of one prefix share it) until
+    ``until_ms`` on its driver's wall clock: no other job of the family may start meanwhile, since
+    its recovery would settle or fence what this run has not recorded yet (docs/design.md section
+    5). A run renews it with another record; ``until_ms`` 0 ends it (as does a ``committed``
+    record of ``job``). ``run`` tells runs of one job apart; ``since_ms`` and ``holder`` (host and
+    process) are for the refusal's message.
+    """
+
+    job: str
+    run: str
+    until_ms: int
+    since_ms: int
+    holder: str
+
+
+@dataclass(frozen=True)
 class Resolved:
     """The operator's explicit decision for a stuck batch ("committed" or "aborted")."""
 
@@ -142,7 +161,7 @@ class Resolved:
 
 
 BatchRecord = Prepared | Committed | Partial | Aborted | Duplicates | Resolved
-LogRecord = BatchRecord | Orphans | RollForward | Released | Stranded
+LogRecord = BatchRecord | Orphans | RollForward | Released | Stranded | Lease
 
 RESOLVE_COMMITTED = "committed"  # keep what is visible; the re-run writes nothing more
 RESOLVE_ABORTED = "aborted"  # treat as not committed; the re-run writes the whole batch again
@@ -184,6 +203,10 @@ def to_body(record: LogRecord) -> dict[str, Any]:
     elif isinstance(record, Stranded):
         body = {"kind": "stranded", "held": [[b, t, why] for b, t, why in record.held],
                 "cleared": _ids(record.cleared)}
+    elif isinstance(record, Lease):
+        body = {"kind": "lease", "job": record.job, "run": record.run,
+                "until_ms": int(record.until_ms), "since_ms": int(record.since_ms),
+                "holder": record.holder}
     else:
         body = {"kind": "resolved", "batch": record.batch, "decision": record.decision,
                 "note": record.note}
@@ -232,6 +255,10 @@ def from_body(body: dict[str, Any]) -> LogRecord:
         if kind == "stranded":
             return Stranded(tuple(_held(h) for h in pd.items(get("held"), "held")),
                             _tuple(get("cleared")))
+        if kind == "lease":
+            return Lease(pd.text(get("job"), "job"), pd.text(get("run"), "run"),
+                         pd.integer(get("until_ms"), "until_ms"),
+                         pd.integer(get("since_ms"), "since_ms"), pd.text(get("holder"), "holder"))
         if kind == "resolved":
             decision = pd.text(get("decision"), "decision")
             if decision not in DECISIONS:

@@ -12,17 +12,20 @@ the coordinator commits last (coordinator.py commits the first alone, then the m
 last; recovery commits carriers after the rest), so the group's offsets move with the batch's last
 records, never before the others. The intent names the carrier and the offsets.
 
-A batch whose partitions are all empty has no transaction: its intent carries the offsets without
-a carrier and they are committed with a plain OffsetCommit after the intent (there is no record
-they could appear before); recovery repeats that commit for such an intent (it is idempotent).
+A batch whose partitions are all empty has no transaction of its own: its intent names the offsets
+and a pool id (`alone_id`) as their carrier, and after the intent the driver commits them in a
+transaction of their own on that id (twopc/driver/source_offsets.py `commit_alone`, which says why
+not a plain OffsetCommit: a late copy of one could move the group back); recovery does it again for
+such an intent left without outcome. Intents written before that name no carrier: recovery
+chooses the id then, and names it in its own record first.
 
-Pure except `attach` and `commit_plain`, which only ask the broker and classify its answers.
+Pure; the requests are in twopc/driver/source_offsets.py.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +34,7 @@ from twopc.errors import TwopcError
 from twopc.protocol import plain as pd
 from twopc.protocol.enums import TextEnum
 from twopc.protocol.handle import Handle
+from twopc.protocol.pool import transactional_id
 from twopc.protocol.verdicts import Fate
 
 if TYPE_CHECKING:
@@ -63,8 +67,10 @@ class SourceOffsetsRefused(SourceOffsetsError):
 class SourceOffsets:
     """The end offsets of a micro-batch per source partition, for consumer group `group`.
 
-    `carrier`: the transactional id whose transaction carries them (recorded in the intent); None
-    before one is chosen, and for a batch without transactions (committed plainly)."""
+    `carrier`: the transactional id whose transaction carries them (recorded in the intent): one
+    of the batch's, or for a batch without records the id of their own transaction (`alone_id`).
+    None before one is chosen (and in intents of batches without records written before issue
+    30, item 6, committed with a plain OffsetCommit)."""
 
     group: str
     offsets: tuple[TopicOffset, ...]
@@ -201,6 +207,17 @@ def carrier_action(others: Iterable[Fate]) -> CarrierAction:
     if all(f is Fate.COMMITTED for f in fates):
         return CarrierAction.COMMIT
     return CarrierAction.WAIT
+
+
+def alone_id(prefix: str, in_use: Collection[str]) -> str:
+    """The pool id whose transaction carries the offsets of a batch without records:
+    `{prefix}-0-{slot}`, the first slot that no pending intent names and no stranded commit holds
+    (a pool id, so a sweep fences a transaction an interrupted driver left open on it). Tasks may
+    take it later, once the batch's outcome is recorded, as any resolved id."""
+    slot = 0
+    while transactional_id(prefix, 0, slot) in in_use:
+        slot += 1
+    return transactional_id(prefix, 0, slot)
 
 
 def needs_offsets(recorded: SourceOffsets | None, visible_ids: Iterable[str]) -> bool:

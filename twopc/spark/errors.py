@@ -14,6 +14,11 @@ class OptionError(SparkSinkError, ValueError):
     """An option is missing, unknown or malformed."""
 
 
+class TriggerIntervalError(OptionError):
+    """The query's trigger interval (twopc.triggerIntervalMs, or the trigger Spark runs the query
+    with) is too long for the transaction timeout."""
+
+
 class InputSchemaError(SparkSinkError, ValueError):
     """The DataFrame's columns do not fit the Kafka sink schema (value, key, topic, partition, headers)."""
 

@@ -12,6 +12,9 @@ there when Spark posts the batch's progress event; this listener reads them ther
 ones, and logs one JSON line per batch on logger ``twopc.spark.listener`` (INFO), and one per
 recovery that acted (WARNING). It never raises into Spark: a figure it cannot read is logged and
 skipped.
+
+With the option ``twopc.metricsPort``, the listener also serves the metrics exporter in the driver
+process (twopc/spark/metrics.py): ``GET http://driver:PORT/metrics``, until `stop_metrics()`.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.streaming.listener import (
     QueryIdleEvent,
@@ -36,6 +39,9 @@ from pyspark.sql.streaming.listener import (
 from checkpoint.redact import redact_url
 from twopc.spark.journal import Journal
 from twopc.spark.options import parse_options
+
+if TYPE_CHECKING:
+    from twopc.ops.metrics import MetricsServer
 
 LOGGER_NAME = "twopc.spark.listener"
 _log = logging.getLogger(LOGGER_NAME)
@@ -75,6 +81,18 @@ class TwopcProgressListener(StreamingQueryListener):
         self._created_ms = time.time_ns() // 1_000_000
         self._last_recovery_at = self._created_ms
         self._last_batch: dict[str, int] = {}
+        self.metrics: MetricsServer | None = None
+        if config.metrics_port is not None:
+            # Imported here: the executors import twopc.spark and never serve metrics.
+            from twopc.spark.metrics import start_metrics
+
+            self.metrics = start_metrics(config)
+
+    def stop_metrics(self) -> None:
+        """Stop serving the metrics (twopc.metricsPort); the listener goes on reporting."""
+        if self.metrics is not None:
+            self.metrics.stop()
+            self.metrics = None
 
     # --- what users read -----------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from typing import Any
 from checkpoint.redact import redacted_repr
 from twopc.protocol.clock import DEFAULT_MARGIN_MS
 from twopc.spark.errors import OptionError
+from twopc.spark.jvm_options import librdkafka_settings
 
 KAFKA_PREFIX = "kafka."
 STORAGE_PREFIX = "twopc.storage."
@@ -36,6 +37,9 @@ SOURCE_OFFSETS = "twopc.commitSourceOffsets"
 # every executor (twopc/control/oauth.py); it travels in the producer config as
 # twopc.oauth.token.provider, which librdkafka never sees.
 OAUTH_TOKEN_PROVIDER = "twopc.oauthTokenProvider"
+METRICS_PORT = "twopc.metricsPort"
+JOB_LEASE = "twopc.jobLeaseMs"
+TRIGGER = "twopc.triggerIntervalMs"
 TOPIC = "topic"
 SPARK_CHECKPOINT = "checkpointLocation"
 # Spark adds this for every streaming sink; it is not ours to validate beyond reading it.
@@ -43,6 +47,8 @@ _SPARK_OWNED = ("path",)
 
 DEFAULT_TIMEOUT_MS = 60_000
 DEFAULT_SLOTS = 8
+# How long a batch job's claim on its family's log lasts unless renewed (twopc/driver/lease.py).
+DEFAULT_JOB_LEASE_MS = 30 * 60_000
 # librdkafka refuses a transaction.timeout.ms below 1000; above a signed 32-bit int it would
 # reach librdkafka (and the broker's InitProducerId) as a negative number.
 MIN_TIMEOUT_MS = 1_000
@@ -71,7 +77,8 @@ _KNOWN = {
     name.lower(): name
     for name in (
         CHECKPOINT, PREFIX, TIMEOUT, JOB_ID, SLOTS, MARGIN, BUDGET, STORAGE_OPTIONS, UNCONDITIONAL,
-        RATE_LIMITED, SOURCE_OFFSETS, OAUTH_TOKEN_PROVIDER, TOPIC, SPARK_CHECKPOINT,
+        RATE_LIMITED, SOURCE_OFFSETS, OAUTH_TOKEN_PROVIDER, METRICS_PORT, JOB_LEASE, TRIGGER, TOPIC,
+        SPARK_CHECKPOINT,
     )
 }
 
@@ -95,6 +102,13 @@ class SinkConfig:
     spark_checkpoint: str | None = None
     # Consumer group that gets each micro-batch's source offsets in the batch's transactions.
     source_offsets_group: str | None = None
+    # Where TwopcProgressListener serves the metrics exporter in the driver (0: any free port).
+    metrics_port: int | None = None
+    # A batch job's lease on its family's log: how long it lasts unless renewed.
+    job_lease_ms: int = DEFAULT_JOB_LEASE_MS
+    # The query's processing-time trigger interval, as the user states it (a Python data source
+    # cannot see the query's trigger): checked against the timeout at start (option_checks.py).
+    trigger_interval_ms: int | None = None
 
     def __repr__(self) -> str:
         # kafka.sasl.password, ssl.key.password, OAuth client secrets, storage secrets: masked.
@@ -234,6 +248,8 @@ def parse_options(options: Mapping[str, Any], *, streaming: bool) -> SinkConfig:
         # Other options (Spark's own, such as queryName) are not ours: leave them alone.
 
     producer = {k[len(KAFKA_PREFIX):]: str(v) for k, v in lowered.items() if k.startswith(KAFKA_PREFIX)}
+    # Spark's format("kafka") options are the Java producer's: read them as librdkafka's.
+    producer = librdkafka_settings(producer)
     for key, why in _FORBIDDEN_KAFKA.items():
         if key in producer:
             raise OptionError(f"option kafka.{key} is not allowed: {why}")
@@ -300,6 +316,17 @@ def parse_options(options: Mapping[str, Any], *, streaming: bool) -> SinkConfig:
                 f"option {SOURCE_OFFSETS} is for streaming queries that read Spark's Kafka source "
                 "(the offsets come from the query's offsets log); remove it from a batch write")
 
+    metrics_port = _int(lowered, METRICS_PORT, None, 0, 65535)
+    if metrics_port is not None and not streaming:
+        raise OptionError(
+            f"option {METRICS_PORT} is for streaming queries (TwopcProgressListener serves the "
+            "metrics in the driver); remove it from a batch write and run `twopc metrics` beside "
+            "the job instead")
+    trigger = _int(lowered, TRIGGER, None, 1, MAX_TIMEOUT_MS)
+    if trigger is not None and not streaming:
+        raise OptionError(f"option {TRIGGER} is for streaming queries (the interval of their "
+                          "processingTime trigger); remove it from a batch write")
+
     timeout = _int(lowered, TIMEOUT, DEFAULT_TIMEOUT_MS, MIN_TIMEOUT_MS, MAX_TIMEOUT_MS)
     assert timeout is not None
     slots = _int(lowered, SLOTS, DEFAULT_SLOTS, 2, MAX_SLOTS)
@@ -307,6 +334,8 @@ def parse_options(options: Mapping[str, Any], *, streaming: bool) -> SinkConfig:
     margin = _int(lowered, MARGIN, None, 0, MAX_TIMEOUT_MS)
     budget = _int(lowered, BUDGET, None, 1, MAX_TIMEOUT_MS)
     _check_timing(timeout, margin, budget)
+    job_lease = _int(lowered, JOB_LEASE, DEFAULT_JOB_LEASE_MS, 1_000, MAX_TIMEOUT_MS)
+    assert job_lease is not None
     return SinkConfig(
         producer_config=producer,
         checkpoint_url=checkpoint,
@@ -322,4 +351,7 @@ def parse_options(options: Mapping[str, Any], *, streaming: bool) -> SinkConfig:
         source_rate_limited=_bool(lowered, RATE_LIMITED),
         spark_checkpoint=lowered.get(SPARK_CHECKPOINT.lower()),
         source_offsets_group=group,
+        metrics_port=metrics_port,
+        job_lease_ms=job_lease,
+        trigger_interval_ms=trigger,
     )
