@@ -1,6 +1,6 @@
 """SASL/OAUTHBEARER (RFC 7628, KIP-255, KIP-768): where the bearer token comes from, and the
 messages of the exchange. Shared by both halves: the writer hands librdkafka an `oauth_cb` built
-here (`producer_oauth_callback`), the control client authenticates with `TokenSource`.
+here (`librdkafka_oauth`), the control client authenticates with `TokenSource`.
 
 Where a token comes from, in the librdkafka-style config both halves read:
 
@@ -26,9 +26,9 @@ What librdkafka can do and the control client cannot is refused by name, with th
 instead (`unsupported_settings`): the JWT-bearer grant, metadata-based authentication (Azure IMDS,
 AWS IAM) and a client certificate for the token endpoint. A provider function does any of them.
 
-librdkafka gets a provider's tokens through twopc's loopback token endpoint (oauth_relay.py) when
-they are JWTs, else through an `oauth_cb` (`librdkafka_oauth`). Tokens and client secrets never
-appear in a repr or an error (checkpoint/redact.py).
+librdkafka gets a provider's tokens through an `oauth_cb` (`librdkafka_oauth`), which costs every
+librdkafka client constructor about 1 s (measured: benchmarks/bench_oauth.py). Tokens and client
+secrets never appear in a repr or an error (checkpoint/redact.py).
 """
 
 from __future__ import annotations
@@ -50,7 +50,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from checkpoint.redact import redact_url, redact_urls_in, redacted_repr
-from twopc.control import oauth_relay
 from twopc.control.errors import AuthenticationError, ConfigError
 
 MECHANISM = "OAUTHBEARER"
@@ -269,15 +268,6 @@ class Token:
     @property
     def claims(self) -> dict[str, Any] | None:
         return jwt_claims(self.access_token)
-
-    @property
-    def relayable(self) -> bool:
-        """Whether librdkafka's OIDC client can take it: a JWT with a numeric `exp` and a
-        non-empty string `sub` (librdkafka reads both; an AWS MSK IAM token is no JWT)."""
-        claims = self.claims or {}
-        exp, sub = claims.get("exp"), claims.get("sub")
-        return (isinstance(exp, (int, float)) and not isinstance(exp, bool) and exp > 0
-                and isinstance(sub, str) and bool(sub))
 
     def remaining(self, now: float | None = None) -> float:
         return self.expires_at - (time.time() if now is None else now)
@@ -525,16 +515,19 @@ class ProducerOAuthCallback:
 
 def librdkafka_oauth(config: Mapping[str, Any]) -> dict[str, Any]:
     """The librdkafka settings that stand for `twopc.oauth.token.provider` ({} when it is not
-    set): the process's loopback token endpoint with `sasl.oauthbearer.method=oidc` for a JWT
-    (oauth_relay.py), else an `oauth_cb`.
+    set): an `oauth_cb` over the process's TokenSource.
 
-    The first token is fetched here, through the process's TokenSource (the driver and a reused
-    Python worker fetch once for many clients): a failing provider or an expired token raises
-    OAuthTokenError now, naming the setting, not librdkafka's "OAuth token not set within 10
-    seconds timeout" later. An `oauth_cb` costs every client constructor at least 1 s
-    (confluent-kafka waits for the first token in whole seconds; oauth_relay.py); it hands
-    librdkafka (token, expiry in epoch seconds, principal, extensions), and librdkafka calls it
-    again at 80% of the token's remaining life."""
+    The first token is fetched here (the driver and a reused Python worker fetch once for many
+    clients): a failing provider or an expired token raises OAuthTokenError now, naming the
+    setting, not librdkafka's "OAuth token not set within 10 seconds timeout" later. The callback
+    hands librdkafka (token, expiry in epoch seconds, principal, extensions), and librdkafka calls
+    it again at 80% of the token's remaining life.
+
+    Cost: confluent-kafka (2.13 to 2.16 at least) makes every client given an `oauth_cb` wait for
+    the first token in whole seconds (it sleeps 1 s, releasing the GIL, before it looks whether
+    librdkafka's background thread has called the callback), so each Producer() takes about 1 s
+    longer; the writer builds it off the caller's thread (producer.build_off_thread). Measured in
+    benchmarks/bench_oauth.py: +1.0 s for a one-row task, +0.6 s for 100,000 rows."""
     if config.get(TOKEN_PROVIDER_KEY) is None:
         return {}
     mech = str(config.get("sasl.mechanism") or config.get("sasl.mechanisms") or "").upper()
@@ -545,9 +538,7 @@ def librdkafka_oauth(config: Mapping[str, Any]) -> dict[str, Any]:
         raise ConfigError(f"both oauth_cb and {TOKEN_PROVIDER_KEY} are set: give one")
     settings = oauth_settings({str(k): str(v) for k, v in config.items() if v is not None})
     source = token_source(settings)
-    token = source.token()
-    if token.relayable and not oauth_relay.proxied():
-        return oauth_relay.relay().settings_for(source, token)
+    source.token()
     return {"oauth_cb": ProducerOAuthCallback(source)}
 
 
@@ -555,14 +546,10 @@ def describe_source(config: Mapping[str, Any]) -> str | None:
     """For an error message: the token source behind a librdkafka config made by
     `librdkafka_oauth` (the setting and what the current token holds), or None."""
     callback = config.get("oauth_cb")
-    found = callback.tokens if isinstance(callback, ProducerOAuthCallback) else None
-    relay = oauth_relay.current()
-    if found is None and relay is not None:
-        found = relay.source_of(config.get("sasl.oauthbearer.token.endpoint.url"))
-    if found is None:
+    if not isinstance(callback, ProducerOAuthCallback):
         return None
-    token = found.current
-    return (f"{found.settings.source}; the token is "
+    token = callback.tokens.current
+    return (f"{callback.tokens.settings.source}; the token is "
             f"{token.describe() if token is not None else 'not fetched yet'}")
 
 

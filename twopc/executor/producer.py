@@ -71,8 +71,8 @@ def transactional_producer_config(user: Mapping[str, Any], transactional_id: str
     # exponentially up to reconnect.backoff.max.ms.
     config.setdefault("reconnect.backoff.ms", 10)
     try:
-        # twopc.oauth.token.provider: librdkafka's own OIDC client on this process's loopback
-        # token endpoint, or an oauth_cb (twopc/control/oauth.py, oauth_relay.py).
+        # twopc.oauth.token.provider becomes an oauth_cb (twopc/control/oauth.py), with the
+        # first token fetched here: a bad one fails before any producer exists.
         config.update(librdkafka_oauth(user))
     except OAuthTokenError as exc:
         raise BrokerSecurityError(f"transactional id {transactional_id!r}: no OAUTHBEARER "
