@@ -212,3 +212,16 @@ def test_an_error_is_relabelled_with_the_spark_option() -> None:
     spark = err.relabel(f"twopc.oauthTokenProvider={PROVIDER}")
     assert str(spark).startswith(f"the OAUTHBEARER token from twopc.oauthTokenProvider={PROVIDER}")
     assert spark.setting == f"twopc.oauthTokenProvider={PROVIDER}"
+
+
+def test_the_spark_guards_name_the_spark_option_the_user_set() -> None:
+    from twopc.spark.option_checks import spark_named
+
+    provider = OAuthTokenError(f"the OAUTHBEARER token from twopc.oauth.token.provider={PROVIDER} "
+                               "has expired", f"twopc.oauth.token.provider={PROVIDER}")
+    assert spark_named(provider).setting == f"twopc.oauthTokenProvider={PROVIDER}"
+    oidc_source = ("sasl.oauthbearer.token.endpoint.url=https://idp.example/token with "
+                   "sasl.oauthbearer.client.id=writer")
+    oidc = spark_named(OAuthTokenError(f"the token endpoint refused {oidc_source}", oidc_source))
+    assert str(oidc) == ("the token endpoint refused kafka.sasl.oauthbearer.token.endpoint.url="
+                         "https://idp.example/token with kafka.sasl.oauthbearer.client.id=writer")
