@@ -28,7 +28,7 @@ OAUTH_SOURCE = f"twopc.oauth.token.provider={OPAQUE_PROVIDER}"
 
 
 def failing_token(config: str) -> tuple[str, float]:
-    raise RuntimeError("the identity provider is down")
+    raise RuntimeError(f"the identity provider is down (called with {config!r})")
 
 
 def test_a_provider_becomes_an_oauth_cb_that_hands_librdkafka_its_token() -> None:
@@ -57,10 +57,13 @@ def test_the_writers_producer_is_built_off_the_callers_thread_only_with_an_oauth
 
 
 def test_a_failing_provider_fails_before_any_client_naming_it() -> None:
-    config = {**BASE, "twopc.oauth.token.provider": FAILING_PROVIDER}
+    config = {**BASE, "twopc.oauth.token.provider": FAILING_PROVIDER,
+              "sasl.oauthbearer.config": "region=eu-west-1 clientSecret=Zqsecret42"}
     with pytest.raises(OAuthTokenError) as info:
         librdkafka_oauth(config)
     assert FAILING_PROVIDER in str(info.value) and "identity provider is down" in str(info.value)
+    # What the provider said is kept, but not a secret of its argument that it quoted.
+    assert "region=eu-west-1" in str(info.value) and "Zqsecret42" not in str(info.value)
     with pytest.raises(BrokerSecurityError, match="Nothing was written") as writer:
         transactional_producer_config(config, "t-0-0", 60000)
     assert FAILING_PROVIDER in str(writer.value)

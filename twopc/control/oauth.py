@@ -49,7 +49,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from checkpoint.redact import redact_url, redact_urls_in, redacted_repr
+from checkpoint.redact import redact_text, redact_url, redact_urls_in, redacted_repr
 from twopc.control.errors import AuthenticationError, ConfigError
 
 MECHANISM = "OAUTHBEARER"
@@ -307,7 +307,9 @@ def fetch_token(settings: OAuthSettings) -> Token:
         try:
             result = fn(settings.oauthbearer_config)
         except Exception as exc:
-            raise OAuthTokenError(f"{settings.source} raised {type(exc).__name__}: {exc}",
+            # A provider may quote its argument, whose key=value pairs may hold a secret.
+            said = redact_text(str(exc), _config_pairs(settings.oauthbearer_config))
+            raise OAuthTokenError(f"{settings.source} raised {type(exc).__name__}: {said}",
                                   settings.source) from exc
         token = _result_to_token(result, settings.source, settings.extensions)
     elif settings.method == "oidc":
@@ -380,6 +382,11 @@ def _client_credentials(settings: OAuthSettings) -> Token:
                               settings.source)
     sub = claims.get("sub")
     return Token(value, expires, began, str(sub) if sub else None, settings.extensions)
+
+
+def _config_pairs(config: str) -> dict[str, str]:
+    """The `key=value` words of sasl.oauthbearer.config (librdkafka's format), for redact_text."""
+    return dict(p.split("=", 1) for p in config.split() if "=" in p)
 
 
 def _oauth_error(raw: bytes) -> str:
