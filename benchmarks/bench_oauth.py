@@ -34,7 +34,10 @@ Measured (2 cores shared with other jobs, load ~5; Kafka 4.3.1, confluent-kafka 
     provider, oauth_cb off-thread 100000      1.704     +0.590 s
     provider, oauth_cb on caller  100000      1.910     +0.797 s
 
-(The same run measured a loopback token endpoint serving the provider's JWTs to librdkafka's
+A second run after the relay's removal (same command): one row +0.992 s off-thread and +1.027 s
+on the caller; 100,000 rows +0.886 s and +1.117 s (PLAINTEXT's median 0.820 s that time).
+
+(The first run measured a loopback token endpoint serving the provider's JWTs to librdkafka's
 OIDC client, +0.048 s and -0.104 s; it was not kept: AWS MSK IAM tokens, the provider's main
 use, are no JWTs, and client-credentials IdPs have `oidc`.)
 

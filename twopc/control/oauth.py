@@ -534,7 +534,7 @@ def librdkafka_oauth(config: Mapping[str, Any]) -> dict[str, Any]:
     the first token in whole seconds (it sleeps 1 s, releasing the GIL, before it looks whether
     librdkafka's background thread has called the callback), so each Producer() takes about 1 s
     longer; the writer builds it off the caller's thread (producer.build_off_thread). Measured in
-    benchmarks/bench_oauth.py: +1.0 s for a one-row task, +0.6 s for 100,000 rows."""
+    benchmarks/bench_oauth.py: +1.0 s for a one-row task, +0.6 to +0.9 s for 100,000 rows."""
     if config.get(TOKEN_PROVIDER_KEY) is None:
         return {}
     mech = str(config.get("sasl.mechanism") or config.get("sasl.mechanisms") or "").upper()
