@@ -21,7 +21,7 @@ per mode, as a reused executor keeps one. Modes:
 confluent-kafka's constructor waits for an `oauth_cb`'s first token in whole seconds
 (twopc/control/oauth.py, `librdkafka_oauth`): the provider modes show that cost.
 
-Measured (2 cores shared with other jobs, load ~5; Kafka 4.3.1, confluent-kafka 2.13;
+Measured (2 cores shared with other jobs, load ~5; Kafka 4.3.1, confluent-kafka 2.16.1;
 `--rounds 3`, median s per task, difference to PLAINTEXT):
 
     mode                            rows     median   vs no OAuth
