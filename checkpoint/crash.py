@@ -8,6 +8,8 @@ TWOPC_PAUSE_AT, TWOPC_CLOCK_SKEW_MS) acts only when a second variable, ``TWOPC_T
 exactly :data:`TEST_HOOKS_VALUE` as well: a production deployment that inherits a hook variable by
 accident (a copied environment, a leftover export) gets a warning on logger ``twopc`` and the hook
 is ignored. The test harness (tests/conftest.py) and ``twopc demo`` set both.
+
+Design: docs/design.md section 6.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""Typed errors of the checkpoint log. Every error is a :class:`CheckpointError`."""
+"""Typed errors of the checkpoint log. Every error is a :class:`CheckpointError`.
+
+Design: docs/design.md section 6.
+"""
 
 from __future__ import annotations
 

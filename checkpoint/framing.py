@@ -4,6 +4,8 @@ Layout (big-endian): magic (4 bytes) | format version (u16) | payload length (u3
 crc32 (u32) | msgpack payload. The crc32 covers the magic, version, length and payload, so a
 flipped version byte reads as corruption, not as a newer format. The frame itself is fixed for
 all format versions; a version changes only what the payload means.
+
+Design: docs/design.md section 6.
 """
 
 from __future__ import annotations

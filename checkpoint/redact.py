@@ -5,6 +5,8 @@ and in the repr of the objects that hold them. Pure.
 Used by every repr, str and error that could show a setting or a URL: the Spark options
 (`twopc.spark.options.SinkConfig`), the control client's settings (`twopc.control.config`), the
 checkpoint log's errors, twopc's errors and the command line.
+
+Design: docs/design.md section 6.
 """
 
 from __future__ import annotations

@@ -2,6 +2,8 @@
 
 Each backend keeps to the few operations the log needs, so that what "durable" and "conditional"
 mean is spelled out per backend here and nowhere else.
+
+Design: docs/design.md section 6.
 """
 
 from __future__ import annotations

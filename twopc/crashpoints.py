@@ -11,6 +11,8 @@ GC, a stopped VM) that wakes up later, for the two-driver tests. It wakes when t
 None of these hooks acts in production: each needs ``TWOPC_TEST_HOOKS=crash-points-for-tests-only``
 as well (checkpoint/crash.py), which the test harness and ``twopc demo`` set; without it a hook
 variable is ignored with a warning on logger ``twopc``.
+
+Design: docs/design.md section 7.
 """
 
 from __future__ import annotations

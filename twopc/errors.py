@@ -1,6 +1,8 @@
 """Typed errors of the driver side (coordinator, recovery, guards).
 
 Each says what happened and what to do; none is ever swallowed into a silent loss.
+
+Design: docs/design.md section 7.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""The embedded Kafka broker: a real Apache Kafka cluster from Maven Central, for demo, tests, benchmarks."""
+"""The embedded Kafka broker: a real Apache Kafka cluster from Maven Central, for demo, tests, benchmarks.
+
+Design: docs/design.md section 7.
+"""
 
 from twopc.broker.cluster import LocalKafka, free_port
 from twopc.broker.errors import BrokerError, BrokerSetupError, BrokerStartError

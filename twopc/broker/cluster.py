@@ -1,4 +1,7 @@
-"""A real Apache Kafka cluster (one node or a few) on this machine, for the demo, tests and benchmarks."""
+"""A real Apache Kafka cluster (one node or a few) on this machine, for the demo, tests and benchmarks.
+
+Design: docs/design.md section 7.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""One broker JVM: its server.properties, its storage format, and its process (group)."""
+"""One broker JVM: its server.properties, its storage format, and its process (group).
+
+Design: docs/design.md section 7.
+"""
 
 from __future__ import annotations
 

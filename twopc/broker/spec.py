@@ -1,4 +1,7 @@
-"""What broker to run: Kafka release, transaction version, listeners, and the named test variants."""
+"""What broker to run: Kafka release, transaction version, listeners, and the named test variants.
+
+Design: docs/design.md section 7.
+"""
 
 from __future__ import annotations
 

@@ -3,6 +3,8 @@ stuck batches that `status` and `recover` both show.
 
 A malformed KEY=VALUE is refused by argparse itself (exit code 2, the usage line and the argument
 named), before a command opens a log or a connection.
+
+Design: docs/design.md section 7.
 """
 
 from __future__ import annotations

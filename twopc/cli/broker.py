@@ -1,4 +1,7 @@
-"""`twopc broker start|stop|list`: a real single-node Kafka broker on this machine, for demos and tests."""
+"""`twopc broker start|stop|list`: a real single-node Kafka broker on this machine, for demos and tests.
+
+Design: docs/design.md section 7.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""`twopc check`: a preflight before the first run."""
+"""`twopc check`: a preflight before the first run.
+
+Design: docs/design.md section 7.
+"""
 
 from __future__ import annotations
 

@@ -5,6 +5,8 @@ driver with SIGKILL in the middle of a commit, restarts it from the same checkpo
 finish, and audits the topic as a read_committed consumer: every record exactly once, none missing,
 no open transaction. With --sink kafka the same job and the same kind of kill go through Spark's
 built-in Kafka writer instead, and the audit shows the duplicates that exactly-once prevents.
+
+Design: docs/design.md section 7.
 """
 
 from __future__ import annotations

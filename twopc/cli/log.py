@@ -4,6 +4,8 @@ Read-only (no probe, no append; a local directory that does not exist is reporte
 Each record is shown with its number, kind and body; a record this twopc cannot read (a corrupt
 file, a field of the wrong type, an unknown kind) is shown with why, and the dump goes on where
 the log allows it: the record that InconsistentLog or RecordCorrupt names can be looked at here.
+
+Design: docs/design.md section 7.
 """
 
 from __future__ import annotations

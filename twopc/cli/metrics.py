@@ -2,6 +2,8 @@
 
 Read-only: it asks the brokers Metadata, ListOffsets, DescribeProducers, ListTransactions and
 DescribeTransactions, and reads the checkpoint log and its journal by key (no probe, no append).
+
+Design: docs/design.md section 7.
 """
 
 from __future__ import annotations

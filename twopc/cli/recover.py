@@ -1,6 +1,8 @@
 """`twopc recover`: run twopc's recovery by hand, and record an operator's resolution of a stuck batch.
 
 The owner (query or job id) and the transactional id prefix come from the log's own binding.
+
+Design: docs/design.md section 7.
 """
 
 from __future__ import annotations

@@ -2,6 +2,8 @@
 
 Read-only: it reads the log by key (no probe, no append) and asks the broker only
 DescribeTransactions, ListTransactions and OffsetFetch.
+
+Design: docs/design.md section 7.
 """
 
 from __future__ import annotations

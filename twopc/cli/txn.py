@@ -2,6 +2,8 @@
 
 Stuck transactions hold back the last stable offset: read_committed consumers of every partition
 they touched see nothing past them. These commands let an operator look and act.
+
+Design: docs/design.md section 7.
 """
 
 from __future__ import annotations

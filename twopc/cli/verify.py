@@ -1,4 +1,7 @@
-"""`twopc verify`: the exactly-once audit of a topic, for users' own pipelines."""
+"""`twopc verify`: the exactly-once audit of a topic, for users' own pipelines.
+
+Design: docs/design.md section 7.
+"""
 
 from __future__ import annotations
 

@@ -2,6 +2,8 @@
 
 A synchronous facade over an asyncio loop on one background thread. Requests to the same broker are
 pipelined over a small pool of reused connections; a batch of EndTxn goes out all at once.
+
+Design: docs/design.md section 3.
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
 """The client's view of the cluster, on its event loop: brokers, connection pools, coordinators and
-partition leaders, each looked up once and refreshed when a broker says it moved."""
+partition leaders, each looked up once and refreshed when a broker says it moved.
+
+Design: docs/design.md section 3.
+"""
 
 from __future__ import annotations
 

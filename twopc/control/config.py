@@ -1,6 +1,8 @@
 """Client settings from the librdkafka-style configuration users already give the producer. Pure.
 
 Producer-only keys (transactional.id, linger.ms, ...) are ignored, so one dict serves both paths.
+
+Design: docs/design.md section 3.
 """
 
 from __future__ import annotations

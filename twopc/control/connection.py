@@ -3,6 +3,8 @@
 Requests are written as soon as they are made and matched to responses by correlation id, so many
 can be in flight at once on one socket. asyncio's TLS (memory BIOs) keeps reads and writes of one
 TLS session on one thread, which blocking ssl sockets shared by a reader and a writer do not.
+
+Design: docs/design.md section 3.
 """
 
 from __future__ import annotations

@@ -30,6 +30,8 @@ with one warning); the subprocess helpers of the tests strip every TWOPC_* varia
 explicitly; and an armed process logs an ERROR line once, naming the file, so that a fault
 injector that ever runs outside a test shows in its log. When neither an installed plan nor the
 file variable is present, `pick` costs one environment lookup.
+
+Design: docs/design.md section 3.
 """
 
 from __future__ import annotations

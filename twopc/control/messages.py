@@ -3,6 +3,8 @@
 Each layout follows Apache Kafka's JSON message definitions
 (clients/src/main/resources/common/message) for the versions listed in CLIENT_VERSIONS.
 Pure: bytes in, dataclasses out.
+
+Design: docs/design.md section 3.
 """
 
 from __future__ import annotations

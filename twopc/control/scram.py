@@ -1,4 +1,7 @@
-"""SCRAM-SHA-256/512 client messages (RFC 5802, RFC 7677) as Kafka's SASL/SCRAM wants them. Pure."""
+"""SCRAM-SHA-256/512 client messages (RFC 5802, RFC 7677) as Kafka's SASL/SCRAM wants them. Pure.
+
+Design: docs/design.md section 3.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
 """Wire format of the transaction coordinator's requests: InitProducerId, EndTxn,
 AddPartitionsToTxn, DescribeTransactions, ListTransactions (Kafka's message definitions under
 clients/src/main/resources/common/message/).
+
+Design: docs/design.md section 3.
 """
 
 from __future__ import annotations

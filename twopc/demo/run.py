@@ -3,6 +3,8 @@
 Each driver run is `python -m twopc.demo.job` leading its own session (twopc_testing.drivers). The kill
 is the crash-point mechanism (twopc.crashpoints): the driver's processes SIGKILL their whole session
 at the named step, once the parent has created the "arm" file after the batch before the chosen one.
+
+Design: docs/design.md section 7.
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@ statistics' `eos` part: producer id, epoch, state) and the coordinator's (Descri
 agree, or another process holds the id (a zombie attempt) and the task fails without ending
 anything; and the partition leaders must hold exactly the records the task produced (its spans,
 twopc/executor/spans.py), or the task fails and its transaction is aborted (the writer's caller does that).
+
+Design: docs/design.md section 2.
 """
 
 from __future__ import annotations

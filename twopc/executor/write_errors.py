@@ -3,6 +3,8 @@ the transaction was aborted, or it was never this task's to end) and what to cha
 
 Apart from the writer so that a caller (a Spark task, a test, an operator's tool) can tell them
 apart without importing the producer.
+
+Design: docs/design.md section 2.
 """
 
 from __future__ import annotations

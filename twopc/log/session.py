@@ -5,6 +5,8 @@ read; a lost race means another driver writes this log, and the call stops (LogO
 before it sends anything more. The binding (which query or job owns the log) lives in the log's
 index: records are purged, the binding never is. A `LogView` is the same read for a caller that
 never appends (`twopc status`, `twopc recover`'s report): one decoding of the records for both.
+
+Design: docs/design.md section 5.
 """
 
 from __future__ import annotations

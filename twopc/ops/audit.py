@@ -3,6 +3,8 @@
 This is the proof the project's claims rest on (and what `twopc verify` runs on users' topics): each
 expected id exactly once, none missing, and no partition whose last stable offset lags its high
 watermark (an open transaction that holds read_committed consumers back).
+
+Design: docs/design.md section 7.
 """
 
 from __future__ import annotations

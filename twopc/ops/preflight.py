@@ -6,6 +6,8 @@ probe transactional id of the prefix; the topic's authorized operations from Met
 acks is what librdkafka accepts for the producer the writer makes; the in-sync replicas are the live ones
 of each partition (Metadata), not only the topic's settings. The decisions on what was found are pure
 functions (`producer_acks`, `in_sync_replicas`, `kip939`).
+
+Design: docs/design.md section 7.
 """
 
 from __future__ import annotations

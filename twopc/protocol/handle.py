@@ -2,6 +2,8 @@
 
 Handles travel in Spark's commit messages (pickle) and in the checkpoint log (msgpack), so they are
 small frozen dataclasses with an explicit, versioned plain-data form: the log outlives code versions.
+
+Design: docs/design.md section 2.
 """
 
 from __future__ import annotations

@@ -9,6 +9,8 @@ each ``committed``/``partial``/``aborted`` ends exactly the open intent it claim
 Body versions: 1 for every kind; 2 only for a ``prepared`` record that carries source offsets
 (twopc.commitSourceOffsets), so that code which does not know them refuses such a log instead of
 rolling it forward without them. Both are read.
+
+Design: docs/design.md section 6.
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@ else raises :class:`PlainDataError` naming the field and what was found; nothing
 map is no batch name, 2.5 no producer id, inf no offset). The readers of each format turn it into
 their own typed error (HandleFormatError, RecordFormatError), which the log's reader reports as
 InconsistentLog naming the record.
+
+Design: docs/design.md section 6.
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@ recovery) before any task writes, then `commit_batch` or `abort_batch`. What eac
 the `twopc` log lines and, for a streaming query, to the journal (journal.py) that
 TwopcProgressListener reads. Nothing the protocol needs is kept between calls (it is all in the
 checkpoint log and the messages): what a reused worker keeps is only a speed-up (reuse.py).
+
+Design: docs/design.md section 7.
 """
 
 from __future__ import annotations

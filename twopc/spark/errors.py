@@ -1,4 +1,7 @@
-"""Errors of the Spark integration: each names the problem and what to change."""
+"""Errors of the Spark integration: each names the problem and what to change.
+
+Design: docs/design.md section 7.
+"""
 
 from __future__ import annotations
 

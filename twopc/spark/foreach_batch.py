@@ -5,6 +5,8 @@ only then). When the check before the intent fails (a transaction ran short of t
 aborted whole and is written again within the same call, instead of stopping the query. Any other
 failure of the commit stops the query with its error, once the batch is settled as Spark's abort()
 settles a kafka2pc batch (driver.py `settle_failed_commit`): nothing is left open until the timeout.
+
+Design: docs/design.md section 7.
 """
 
 from __future__ import annotations

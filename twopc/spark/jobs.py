@@ -1,6 +1,8 @@
 """`write_exactly_once(df, job_id, options)`: a batch job written exactly once, without a format name.
 
 A re-run under the same job id (after a crash, or by mistake) writes nothing and says so in the report.
+
+Design: docs/design.md section 7.
 """
 
 from __future__ import annotations

@@ -14,6 +14,8 @@ the driver:
 These files are hints for people, never read by the protocol: written without fsync, replaced
 whole, and the batch files are pruned to the last ``KEEP_BATCHES``. A failure to write one is logged
 and ignored (the commit has happened; losing a figure must not fail the batch).
+
+Design: docs/design.md section 7.
 """
 
 from __future__ import annotations

@@ -12,6 +12,8 @@ makes its producer at start (option_checks.check_producer_config).
 Checked against librdkafka's CONFIGURATION.md (2.16) and Kafka's ProducerConfig, SaslConfigs
 and SslConfigs (4.x); tests/spark/test_jvm_options.py makes a librdkafka producer with every
 name this module passes or produces.
+
+Design: docs/design.md section 7.
 """
 
 from __future__ import annotations

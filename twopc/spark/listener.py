@@ -15,6 +15,8 @@ skipped.
 
 With the option ``twopc.metricsPort``, the listener also serves the metrics exporter in the driver
 process (twopc/spark/metrics.py): ``GET http://driver:PORT/metrics``, until `stop_metrics()`.
+
+Design: docs/design.md section 7.
 """
 
 from __future__ import annotations

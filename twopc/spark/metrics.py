@@ -5,6 +5,8 @@ that lives as long as the query: the driver's own, where the listener is made. I
 query's options name: the cluster (`kafka.*`), the topic (`topic`; without it, the topics the log's
 batches wrote) and the checkpoint log with its journal (`twopc.checkpoint`, `twopc.storage*`). The
 exporter itself is twopc/ops/metrics.py, the same as `twopc metrics` runs standalone.
+
+Design: docs/design.md section 7.
 """
 
 from __future__ import annotations

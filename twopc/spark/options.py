@@ -3,6 +3,8 @@
 Option names follow Spark's built-in Kafka sink (`topic`, `kafka.*`) plus twopc's own `twopc.*` ones.
 Spark hands a Python data source its options with lower-cased keys, so every name here is matched
 case-insensitively; values keep their case (passwords, URLs).
+
+Design: docs/design.md section 7.
 """
 
 from __future__ import annotations

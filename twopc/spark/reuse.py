@@ -7,6 +7,8 @@ create (two writes and a delete), and a control client holds connections and cac
 and leaders: both are kept here for the next call of the same process. Only a speed-up: every call
 still reads the log afresh, a client that failed a call is closed and replaced, and a forked child
 never reuses its parent's client.
+
+Design: docs/design.md section 7.
 """
 
 from __future__ import annotations

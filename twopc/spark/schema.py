@@ -4,6 +4,8 @@ Columns: `value` (string or binary, required), `key` (string or binary), `topic`
 `topic` option overrides it, as in Spark's sink), `partition` (int), `headers` (array of
 struct<key: string, value: binary or string>). Other columns are ignored, as Spark's own Kafka sink
 does.
+
+Design: docs/design.md section 7.
 """
 
 from __future__ import annotations
