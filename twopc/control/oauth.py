@@ -29,6 +29,8 @@ AWS IAM) and a client certificate for the token endpoint. A provider function do
 librdkafka gets a provider's tokens through an `oauth_cb` (`librdkafka_oauth`), which costs every
 librdkafka client constructor about 1 s (measured: benchmarks/bench_oauth.py). Tokens and client
 secrets never appear in a repr or an error (checkpoint/redact.py).
+
+Design: docs/design.md section 7 (twopc/control), docs/control.md (Configuration).
 """
 
 from __future__ import annotations
