@@ -211,7 +211,8 @@ class DriverCall:
         assert offsets.carrier is not None
         self._require_named((offsets.carrier,), "an offsets transaction")
         self._ensure_released()
-        commit_alone(self.control, batch, offsets, self.settings.stranded_wait_ms / 1000)
+        commit_alone(self.control, batch, offsets, self.settings.stranded_wait_ms / 1000,
+                     confirm_owner=self.session.confirm_owner)
 
     def release(self, transactional_id: str, partitions: Sequence[tuple[str, int]],
                 producer_id: int) -> ReleaseResult:

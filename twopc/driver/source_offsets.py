@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from twopc.control import EndTxnRequest
@@ -50,7 +51,7 @@ def attach(control: ControlClient, batch: str, carrier: Handle,
 
 
 def commit_alone(control: ControlClient, batch: str, offsets: SourceOffsets,
-                 stable_within_s: float) -> None:
+                 stable_within_s: float, confirm_owner: Callable[[], None]) -> None:
     """The offsets of a batch without records, committed in a transaction of their own on the id
     `offsets.carrier` (a pool id that the batch's intent, or recovery's record, names first):
     InitProducerId, AddOffsetsToTxn, TxnOffsetCommit, EndTxn(commit), InitProducerId again, then
@@ -77,6 +78,13 @@ def commit_alone(control: ControlClient, batch: str, offsets: SourceOffsets,
     A redo by recovery first bumps the epoch again, which aborts whatever an earlier, interrupted
     attempt left open on the id (its offsets with it) and fences its late copies; committing the
     same offsets twice changes nothing.
+
+    No record names the epoch the first InitProducerId gives, so a driver paused after its intent
+    could otherwise wake after another driver settled that intent and committed later batches, and
+    commit these older offsets at a newer epoch: the group would move back. `confirm_owner` (the
+    call's log fence, read again) runs right after that InitProducerId: either it came before the
+    other driver's append, whose own InitProducerId then fences this epoch, or the check sees
+    that append and this call stops (LogOwnershipLost) before any offsets are sent.
     """
     tid = offsets.carrier
     if tid is None:
@@ -89,13 +97,14 @@ def commit_alone(control: ControlClient, batch: str, offsets: SourceOffsets,
             raise SourceOffsetsError(f"{where} failed: InitProducerId answered {began.error}. "
                                      + _RETRY)
         pid, epoch = began.producer_id, began.epoch
+        confirm_owner()
         try:
             _offsets_into(control, where, tid, pid, epoch, offsets)
             ended = control.end_txns([EndTxnRequest(tid, pid, epoch, True)], precheck=False)[tid]
             if not ended.committed:
                 raise SourceOffsetsError(f"{where} failed: EndTxn answered "
                                          f"{ended.error or ended.kind.value}. " + _RETRY)
-        except SourceOffsetsError:
+        except (SourceOffsetsError, ControlError):
             with contextlib.suppress(ControlError):  # nothing stays open on the id until its timeout
                 control.fence([tid])
             raise

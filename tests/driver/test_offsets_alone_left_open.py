@@ -17,7 +17,7 @@ from tests.driver.test_source_offsets import ends
 from twopc.control import ControlClient, TxnState
 from twopc.control import faults as f
 from twopc.protocol.handle import ResultKind, WriteResult
-from twopc.protocol.offsets import SourceOffsetsError
+from twopc.protocol.offsets import SourceOffsetsError, alone_id
 
 pytestmark = pytest.mark.integration
 
@@ -26,7 +26,7 @@ def test_a_failed_offsets_only_commit_leaves_nothing_open(
         scenario: Scenario, make_topic: Callable[..., str]) -> None:
     source, group = make_topic(2), f"g-{uuid.uuid4().hex[:8]}"
     empty = [WriteResult(ResultKind.EMPTY, "0", p, 0) for p in range(scenario.partitions)]
-    alone = f"{scenario.prefix}-0-0"
+    alone = alone_id(scenario.prefix)
     control = ControlClient({**scenario.broker.config(),
                              "twopc.control.retry.timeout.ms": "2000"})
     try:

@@ -1,14 +1,12 @@
-"""Review of issue 30 item 4 (one batch job of a family at a time): the lease ends with the job's
-`committed` record (state.fold), but the run that appended it still has work after it: verify the
-markers, then fence the orphans that record names. Those fences rest on a record this call
-appended, not on one that is still the latest: a second job of the family, let in by the ended
-lease, recovers (its sweep fences the orphan itself), a task of it takes the freed id and its
-intent names the transaction; then the first run's late fence of that id aborts it. The second
-job's intent (the commit decision) ends partly committed."""
+"""Issue 30 item 4, found by review: the lease ended with the job's `committed` record, but the
+run that appended it still has work after it (verify the markers, fence the orphans that record
+names), and those fences rest on a record this call appended, not on one that is still the
+latest. A second job let in at that moment recovered (its sweep fenced the orphan itself), a task
+of it took the freed id, its intent named that transaction, and the first run's late fence aborted
+it: the second job ended partly committed. Now the lease holds until the run's release, after its
+fences: the second job is refused until then, and then commits whole."""
 
 from __future__ import annotations
-
-import os
 
 import pytest
 
@@ -17,6 +15,7 @@ from tests.driver.support import Scenario, finish, started_driver
 from tests.driver.test_recovery import _wait_paused
 from twopc.control import ControlClient
 from twopc.driver.lease import JobLeases
+from twopc.errors import JobFamilyBusy
 from twopc.protocol.handle import WriteResult
 
 pytestmark = pytest.mark.integration
@@ -48,22 +47,25 @@ def test_a_finished_jobs_late_orphan_fence_never_aborts_the_next_jobs_transactio
     with started_driver(call_a, env_a) as run_a:
         _wait_paused(run_a)  # A's `committed` record names the orphan; A is not done yet
         scenario.expect("A")
-        # The lease ended with A's committed record: job B may start.
-        leases.acquire("B", "run-b", 600_000)
-        b = scenario.driver(control)
-        b.recover()  # the sweep fences A's orphan itself
-        # B's partition 0 runs a second attempt, which takes slot 1: the id A's record names.
-        txns = [scenario.txn("B", p) for p in range(1, scenario.partitions)]
-        txns.insert(0, scenario.txn("B", 0, attempt=1))
-        results_b = scenario.write("B", txns)
-        call_b, env_b = _call(scenario, "B", results_b, "after_intent", wake_b)
-        with started_driver(call_b, env_b) as run_b:
-            _wait_paused(run_b)  # B's intent names the transaction on slot 1
-            _wake(wake_a)
-            out_a = finish(run_a)
-            _wake(wake_b)
-            out_b = finish(run_b)
+        # A's run still holds the family: its fences are still to come.
+        with pytest.raises(JobFamilyBusy):
+            leases.acquire("B", "run-b", 600_000)
+        _wake(wake_a)
+        out_a = finish(run_a)
     assert out_a["rc"] == 0, out_a
-    assert out_b["rc"] == 0 and out_b["ok"]["status"] == "committed", (
-        f"job B's decided commit was undone by job A's late fence of an id B's intent names: {out_b}")
-    assert os.path.exists(wake_b)
+    leases.release("run-a")  # what the Spark glue does once A's commit returned
+    leases.acquire("B", "run-b", 600_000)
+    b = scenario.driver(control)
+    b.recover()
+    # B's partition 0 runs a second attempt, which takes slot 1: the id A's record named.
+    txns = [scenario.txn("B", p) for p in range(1, scenario.partitions)]
+    txns.insert(0, scenario.txn("B", 0, attempt=1))
+    results_b = scenario.write("B", txns)
+    call_b, env_b = _call(scenario, "B", results_b, "after_intent", wake_b)
+    with started_driver(call_b, env_b) as run_b:
+        _wait_paused(run_b)  # B's intent names the transaction on slot 1
+        _wake(wake_b)
+        out_b = finish(run_b)
+    assert out_b["rc"] == 0 and out_b["ok"]["status"] == "committed", out_b
+    scenario.expect("B")
+    scenario.audit()
