@@ -163,9 +163,10 @@ class _Timed:
 def precommit(bootstrap: str, topic: str, prefix: str, batch: str, n: int,
               control: ControlClient) -> list[Any]:
     """N pre-committed transactions from twopc's own writer: Spark partitions 0..N-1."""
-    from twopc.checksum import warm_up
-    from twopc.pool import transactional_id
-    from twopc.writer import Columns, write_partition
+    from twopc.executor.checksum import warm_up
+    from twopc.executor.rows import Columns
+    from twopc.executor.writer import write_partition
+    from twopc.protocol.pool import transactional_id
 
     def write(p: int) -> Any:
         values = [f"{batch}-{p}-{i}".encode() for i in range(5)]
@@ -187,8 +188,10 @@ def run_commit(bootstrap: str, n: int, rounds: int, connections: int = 8,
     streaming query's driver (`owner_kind` "query") or a batch job's ("job": each commit also
     indexes its job id)."""
     from checkpoint import open_log
-    from twopc.audit import audit_topic, id_from_value, wait_until_stable
-    from twopc.coordinator import Coordinator
+    from twopc.driver.call import DriverSettings
+    from twopc.driver.coordinator import Coordinator
+    from twopc.ops.audit import audit_topic, id_from_value, wait_until_stable
+    from twopc.protocol.owner import Owner, OwnerKind
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     topic = f"bench-commit-{uuid.uuid4().hex[:8]}"
@@ -213,7 +216,7 @@ def run_commit(bootstrap: str, n: int, rounds: int, connections: int = 8,
             spent: dict[str, float] = defaultdict(float)
             coordinator = Coordinator(cast(Any, _Timed(checkpoint, spent, "log.")),
                                       cast(Any, _Timed(control, spent, "control.")),
-                                      owner_kind=owner_kind, owner_id=prefix, prefix=prefix)
+                                      DriverSettings(Owner(OwnerKind(owner_kind), prefix, prefix)))
             began, cpu_began, main_began = (time.perf_counter(), time.process_time(),
                                             time.thread_time())
             report = coordinator.commit(batch, results)

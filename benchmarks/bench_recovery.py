@@ -1,4 +1,4 @@
-"""Recovery time: how long `Coordinator.recover()` takes to roll forward N pending transactions.
+"""Recovery time: how long `Recovery.recover()` takes to roll forward N pending transactions.
 
     .venv/bin/python benchmarks/bench_recovery.py [--counts 10,100,1000] [--repeats 3]
 
@@ -50,7 +50,7 @@ class RecoveryCheckFailed(RuntimeError):
 def worker(spec: dict[str, Any]) -> int:
     """Pre-commit one transaction per task partition in `spec["partitions"]`; print each result."""
     from twopc.control import ControlClient
-    from twopc.writer import write_partition
+    from twopc.executor.writer import write_partition
 
     with ControlClient({"bootstrap.servers": spec["bootstrap"]}) as control:
         for p in spec["partitions"]:
@@ -67,7 +67,7 @@ def worker(spec: dict[str, Any]) -> int:
 
 def open_transactions(bootstrap: str, topic: str, prefix: str, batch: str, n: int, records: int,
                       workers: int) -> list[Any]:
-    from twopc.handle import WriteResult
+    from twopc.protocol.handle import WriteResult
 
     procs = []
     for w in range(workers):
@@ -100,11 +100,13 @@ def open_transactions(bootstrap: str, topic: str, prefix: str, batch: str, n: in
 
 def measure(bootstrap: str, n: int, records: int, workers: int, workdir: Path) -> dict[str, Any]:
     from checkpoint import open_log
-    from twopc.audit import audit_topic
     from twopc.control import ControlClient
-    from twopc.coordinator import Coordinator
-    from twopc.records import Binding, Prepared
-    from twopc.session import Session, check_binding
+    from twopc.driver.call import DriverSettings
+    from twopc.driver.recovery import Recovery
+    from twopc.log.session import Session, check_binding
+    from twopc.ops.audit import audit_topic
+    from twopc.protocol.log_records import Prepared
+    from twopc.protocol.owner import Owner
 
     tag = uuid.uuid4().hex[:8]
     prefix, batch = f"rec-{tag}", "0"
@@ -114,16 +116,15 @@ def measure(bootstrap: str, n: int, records: int, workers: int, workdir: Path) -
         handles = open_transactions(bootstrap, topic, prefix, batch, n, records, workers)
     # The driver's intent, as commit() appends it before its first EndTxn (and then dies).
     log = open_log(url)
-    check_binding(log, Binding("job", prefix, prefix), create=True)
+    check_binding(log, Owner.jobs(prefix), create=True)
     Session(log).append(Prepared(batch, tuple(handles)))
 
     with Stopwatch() as whole:
         control = ControlClient({"bootstrap.servers": bootstrap})
         try:
-            coordinator = Coordinator(open_log(url), control, owner_kind="job", owner_id=prefix,
-                                      prefix=prefix)
+            recovery = Recovery(open_log(url), control, DriverSettings(Owner.jobs(prefix)))
             with Stopwatch() as core:
-                report = coordinator.recover()
+                report = recovery.recover()
         finally:
             control.close()
     rolled = len(report.rolled_forward)

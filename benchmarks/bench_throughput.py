@@ -204,7 +204,7 @@ def twopc_options(bootstrap: str, topic: str, workdir: Path, timeout_ms: int) ->
 
 
 def audit_count(bootstrap: str, topic: str, rows: int) -> str:
-    from twopc.audit import audit_topic, id_from_key, wait_until_stable
+    from twopc.ops.audit import audit_topic, id_from_key, wait_until_stable
 
     config = {"bootstrap.servers": bootstrap}
     wait_until_stable(config, topic, 30)
@@ -306,10 +306,11 @@ def profile_executor_path(bootstrap: str, rows: int, value_size: int, top: int =
       own time)."""
     import pyarrow as pa
 
-    from twopc.checksum import identity_hashes, record_hashes
     from twopc.control import ControlClient, EndTxnRequest
+    from twopc.executor.checksum import identity_hashes, record_hashes
+    from twopc.executor.rows import Columns
+    from twopc.executor.writer import write_partition
     from twopc.spark.schema import rows_from_batches
-    from twopc.writer import Columns, write_partition
 
     keys = [key_of(i) for i in range(rows)]
     filler = "." * (value_size - KEY_DIGITS)

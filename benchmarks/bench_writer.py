@@ -42,7 +42,8 @@ if __package__ in (None, ""):
 
 from benchmarks.common import RESULTS_DIR, broker_version, kafka, machine_info, write_results
 from twopc.control import ControlClient
-from twopc.writer import Columns, Row, write_partition
+from twopc.executor.rows import Columns, Row
+from twopc.executor.writer import write_partition
 
 WRITER = "twopc writer (1 txn)"
 WRITER_COLUMNS = "twopc writer, columns"
@@ -89,7 +90,7 @@ def _plain(bootstrap: str, topic: str, values: list[bytes], check: bool,
         config["reconnect.backoff.ms"] = 10  # as the writer's default
     began = time.perf_counter()
     producer = Producer(config)
-    if connect:  # the writer's own start (twopc/writer.py, _Starter): a learned broker is up
+    if connect:  # the writer's own start (twopc/executor/writer.py, _Starter): a learned broker is up
         producer.list_topics(topic, 30)
         producer.list_topics(topic, 30)
     produce, poll = producer.produce, producer.poll

@@ -57,7 +57,8 @@ def decode(path: str, data: bytes) -> dict[str, Any]:
         raise RecordCorrupt(path, f"format version {version} was never written")
     try:
         payload = msgpack.unpackb(data[HEADER_SIZE:], raw=False, strict_map_key=False)
-    except (ValueError, msgpack.UnpackException) as e:
+    except (ValueError, TypeError, msgpack.UnpackException) as e:
+        # TypeError: a map whose key is a list or a map (unhashable), which no writer stores.
         raise RecordCorrupt(path, f"payload is not valid msgpack: {e}") from e
     if not isinstance(payload, dict):
         raise RecordCorrupt(path, f"payload is a {type(payload).__name__}, not a map")

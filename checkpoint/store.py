@@ -55,7 +55,7 @@ def _guard(path: str, operation: str, call: Callable[[], T]) -> T:
     except CheckpointError:
         raise
     except Exception as e:
-        raise StorageUnavailable(path, operation) from e
+        raise StorageUnavailable(path, operation, e) from e
 
 
 class LocalStore:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs everything twopc needs into .venv, from the project's own files: the Python packages
-# (pyproject.toml) and the embedded Kafka broker's jars (twopc/broker/pom.xml, via Maven, cached in
+# (pyproject.toml), the test support that never ships with twopc (testing/pyproject.toml), and the embedded Kafka broker's jars (twopc/broker/pom.xml, via Maven, cached in
 # ~/.cache/twopc). Safe to run again: it only does what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,9 +19,9 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 stamp=.venv/.twopc-installed
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ testing/pyproject.toml -nt "$stamp" ]; then
   .venv/bin/python -m pip install -q --disable-pip-version-check -U pip
-  .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+  .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]' -e ./testing
   touch "$stamp"
 fi
 # Every broker variant the tests use, fetched once into the cache.

@@ -16,20 +16,26 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+from twopc_testing.s3 import LocalS3, S3Server
+from twopc_testing.secured import start_secured_kafka
 
-from tests.core.support import Scenario
+from tests.driver.support import Scenario
 from twopc.broker import LocalKafka
+from twopc.broker.under_test import EXTERNAL, KafkaUnderTest, requested_variants, start_kafka
 from twopc.control import ControlClient
-from twopc.testing.brokers import (
-    EXTERNAL,
-    KafkaUnderTest,
-    requested_variants,
-    start_kafka,
-    start_secured_kafka,
-)
-from twopc.testing.s3 import LocalS3, S3Server
+from twopc.crashpoints import TEST_HOOKS_VALUE, TEST_HOOKS_VAR
+
+# Hypothesis' per-example deadline is a timing assertion: on a loaded 2-core machine a slow example
+# fails a test whose logic holds. Examples are bounded by their count, not by the clock.
+settings.register_profile("twopc", deadline=None)
+settings.load_profile("twopc")
 
 _startup_times: list[tuple[str, float]] = []
+
+# twopc's test hooks (TWOPC_CRASH_AT, TWOPC_PAUSE_AT, TWOPC_CLOCK_SKEW_MS) act only with this gate
+# set too (checkpoint/crash.py): every process the tests start inherits it from here.
+os.environ[TEST_HOOKS_VAR] = TEST_HOOKS_VALUE
 
 
 def _full_matrix() -> bool:
@@ -72,7 +78,7 @@ def broker(request: pytest.FixtureRequest) -> Iterator[KafkaUnderTest]:
 @pytest.fixture(scope="session")
 def tls_kafka(request: pytest.FixtureRequest) -> Iterator[LocalKafka]:
     """A broker of its own with SSL (mutual TLS) and SASL_SSL listeners, certificates made at start
-    (twopc/broker/tls.py); client settings: twopc.testing.brokers.secured_configs."""
+    (twopc/broker/tls.py); client settings: twopc_testing.secured.secured_configs."""
     kafka = start_secured_kafka(request.param)
     if kafka.startup_seconds is not None:
         _startup_times.append((f"{request.param} with TLS", kafka.startup_seconds))
@@ -108,7 +114,7 @@ def topic(broker: KafkaUnderTest) -> str:
 
 @pytest.fixture(scope="session")
 def s3_server() -> Iterator[S3Server]:
-    """A local S3-compatible server (moto, one request at a time: twopc/testing/s3.py)."""
+    """A local S3-compatible server (moto, one request at a time: testing/twopc_testing/s3.py)."""
     with LocalS3() as server:
         yield server
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.bench_endtxn import percentile, run, run_commit
-from twopc.testing.brokers import KafkaUnderTest
+from twopc.broker.under_test import KafkaUnderTest
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from twopc.testing.brokers import KafkaUnderTest
+from twopc.broker.under_test import KafkaUnderTest
 
 pytestmark = pytest.mark.integration
 

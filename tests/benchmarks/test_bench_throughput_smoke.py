@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.common import SparkKafkaUnavailable, spark_kafka_jars
-from twopc.testing.brokers import KafkaUnderTest
+from twopc.broker.under_test import KafkaUnderTest
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

@@ -10,7 +10,7 @@ from types import ModuleType
 
 import pytest
 
-from twopc.testing.brokers import KafkaUnderTest
+from twopc.broker.under_test import KafkaUnderTest
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_writer.py"
 

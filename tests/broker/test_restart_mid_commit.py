@@ -40,10 +40,10 @@ from dataclasses import dataclass
 import pytest
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
-from twopc.audit import audit_topic, partition_offsets, wait_until_stable
+from twopc.broker.under_test import KafkaUnderTest
 from twopc.control import ControlClient
 from twopc.control.outcomes import EndTxnRequest, TxnState
-from twopc.testing.brokers import KafkaUnderTest
+from twopc.ops.audit import audit_topic, partition_offsets, wait_until_stable
 
 # Kafka 3.9 writes markers despite min.insync.replicas, so the kill cannot be placed mid-commit there.
 pytestmark = [pytest.mark.integration, pytest.mark.only_variants("kafka4-tv2", "kafka4-tv0")]
@@ -79,7 +79,7 @@ def _set_min_isr(broker: KafkaUnderTest, topic: str, value: int) -> None:
 
 def _producer(broker: KafkaUnderTest, topic: str, tid: str, end: str, count: int, prefix: str,
               partition: int | None = None) -> dict[str, object]:
-    args = [sys.executable, "-m", "twopc.testing.txn_producer", "--bootstrap",
+    args = [sys.executable, "-m", "twopc_testing.txn_producer", "--bootstrap",
             broker.bootstrap_servers, "--topic", topic, "--transactional-id", tid,
             "--count", str(count), "--end", end, "--id-prefix", prefix]
     if partition is not None:

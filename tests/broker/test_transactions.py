@@ -14,10 +14,10 @@ import uuid
 
 import pytest
 from confluent_kafka import Producer
+from twopc_testing.txn_producer import run_txn_producer
 
-from twopc.audit import audit_topic, partition_offsets, wait_until_stable
-from twopc.testing.brokers import KafkaUnderTest
-from twopc.testing.txn_producer import run_txn_producer
+from twopc.broker.under_test import KafkaUnderTest
+from twopc.ops.audit import audit_topic, partition_offsets, wait_until_stable
 
 pytestmark = [pytest.mark.integration, pytest.mark.all_variants]
 

@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from hypothesis import strategies as st
+from twopc_testing.s3 import S3Server
 
 from checkpoint import Log, open_log
-from twopc.testing.s3 import S3Server
 
 BUCKET = "twopc-checkpoint-tests"
 

@@ -1,5 +1,5 @@
 """Fixtures for the checkpoint tests: a fresh log URL on local files and on the local S3 server
-(`s3_server` in tests/conftest.py: moto, single-threaded, see twopc/testing/s3.py)."""
+(`s3_server` in tests/conftest.py: moto, single-threaded, see testing/twopc_testing/s3.py)."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from twopc.broker import BrokerSpec, LocalKafka
-from twopc.testing.brokers import KafkaUnderTest
+from twopc.broker.under_test import KafkaUnderTest
 
 pytestmark = pytest.mark.integration
 
@@ -125,10 +125,11 @@ def test_the_writer_needs_read_on_the_topic_and_check_says_so(acl_broker: LocalK
         ResourceType,
     )
 
-    from twopc.audit import audit_topic
     from twopc.control import ControlClient, TxnState
-    from twopc.rows import Row
-    from twopc.writer import SpanError, write_partition
+    from twopc.executor.rows import Row
+    from twopc.executor.write_errors import SpanError
+    from twopc.executor.writer import write_partition
+    from twopc.ops.audit import audit_topic
 
     admin_config = {"bootstrap.servers": acl_broker.bootstrap_servers}  # ANONYMOUS: a super user
     admin = AdminClient(admin_config)

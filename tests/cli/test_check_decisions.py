@@ -1,4 +1,4 @@
-"""The pure decisions of `twopc check` (twopc/preflight.py) and the TLS advice both clients give
+"""The pure decisions of `twopc check` (twopc/ops/preflight.py) and the TLS advice both clients give
 (twopc/control/config.py): no broker."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from twopc.control.config import tls_failure_advice
-from twopc.preflight import Status, in_sync_replicas, kip939, producer_acks
+from twopc.ops.preflight import Status, in_sync_replicas, kip939, producer_acks
 
 
 @pytest.mark.parametrize(("config", "status"), [

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from twopc.decisions import BatchState, BatchStatus
+from twopc.broker.under_test import KafkaUnderTest
 from twopc.demo.narrate import summarize_recovery
-from twopc.handle import Handle, PartitionSpan
-from twopc.records import Aborted, Committed, Orphans, RollForward
-from twopc.testing.brokers import KafkaUnderTest
+from twopc.protocol.handle import Handle, PartitionSpan
+from twopc.protocol.log_records import Aborted, Committed, Orphans, RollForward
+from twopc.protocol.state import BatchState, BatchStatus
 
 
 def _handle(p: int, records: int = 10) -> Handle:

@@ -5,6 +5,7 @@ shown with what was lost and then resolved by the operator (`--resolve`)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from typing import Any
@@ -12,13 +13,13 @@ from typing import Any
 import pytest
 
 from checkpoint import open_log
-from tests.core.support import ROOT, Scenario, wait_not_ongoing
+from tests.driver.support import ROOT, Scenario, wait_not_ongoing
 from twopc.control import ControlClient
-from twopc.decisions import BatchStatus
 from twopc.errors import DataLossError
-from twopc.handle import Handle, WriteResult
-from twopc.records import Resolved, from_body
-from twopc.session import Session
+from twopc.log.session import Session
+from twopc.protocol.handle import Handle, WriteResult
+from twopc.protocol.log_records import Resolved, from_body
+from twopc.protocol.state import BatchStatus
 
 pytestmark = pytest.mark.integration
 
@@ -105,7 +106,7 @@ def test_data_loss_is_shown_then_resolved(scenario: Scenario, control: ControlCl
     changed = scenario.write("0", [scenario.txn("0", 0, tag="-changed")]
                              + [scenario.txn("0", p) for p in range(1, 4)])
     with pytest.raises(DataLossError):
-        scenario.coordinator(control).commit("0", changed)
+        scenario.driver(control).commit("0", changed)
 
     code, out, _ = recover_json(scenario)
     assert code == 1 and out["recovery"]["batches"] == []
@@ -142,7 +143,7 @@ def test_data_loss_is_shown_then_resolved(scenario: Scenario, control: ControlCl
     assert refused_again.returncode == 2 and "resolution refused" in refused_again.stderr
 
     # The query goes on; the audit holds what the operator kept, exactly once.
-    coord = scenario.coordinator(control)
+    coord = scenario.driver(control)
     assert coord.commit("1", scenario.write("1")).status == "committed"
     for p in range(3):
         scenario.expected.setdefault(scenario.topic_of(p), set()).update(scenario.ids("0", p))
@@ -155,5 +156,6 @@ def test_recover_usage_errors(scenario: Scenario) -> None:
     assert proc.returncode == 2 and "--decision" in proc.stderr
     proc = recover(scenario, "--resolve", "0", "--decision", "committed", "--note", "  ")
     assert proc.returncode == 2 and "--note" in proc.stderr
-    proc = recover(scenario)  # the log was never bound: no twopc log there
-    assert proc.returncode == 2 and "no twopc log" in proc.stderr
+    proc = recover(scenario)  # the log was never bound: no twopc log there, and none is made
+    assert proc.returncode == 2 and "no checkpoint log at" in proc.stderr
+    assert not os.path.exists(scenario.log_url)

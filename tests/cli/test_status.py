@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from checkpoint import open_log
-from tests.core.support import ROOT, Scenario
-from twopc.observe import BatchFigures
-from twopc.records import Binding
-from twopc.session import check_binding
+from tests.driver.support import ROOT, Scenario
+from twopc.driver.observe import BatchFigures
+from twopc.log.session import check_binding
+from twopc.protocol.owner import Owner
 from twopc.spark.journal import Journal, batch_entry
 
 
@@ -138,7 +138,7 @@ def test_status_usage_and_unreachable(tmp_path: Path) -> None:
     proc = twopc("status", "--checkpoint", url)
     assert proc.returncode == 2 and "no twopc log" in proc.stderr
 
-    check_binding(open_log(url), Binding("query", "q-1", "p1"), create=True)
+    check_binding(open_log(url), Owner.query("q-1", "p1"), create=True)
     assert twopc("status", "--checkpoint", url).returncode == 0
     bad = twopc("status", "--checkpoint", url, "-X", "nonsense")
     assert bad.returncode == 2 and "KEY=VALUE" in bad.stderr

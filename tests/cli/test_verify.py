@@ -7,9 +7,9 @@ import subprocess
 import sys
 
 import pytest
+from twopc_testing.txn_producer import run_txn_producer
 
-from twopc.testing.brokers import KafkaUnderTest
-from twopc.testing.txn_producer import run_txn_producer
+from twopc.broker.under_test import KafkaUnderTest
 
 pytestmark = pytest.mark.integration
 

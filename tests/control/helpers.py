@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from twopc.audit import partition_offsets
 from twopc.control import ControlClient, LogCheckResult, LogOutcome
+from twopc.ops.audit import partition_offsets
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ def open_txn(bootstrap: str, topic: str, *, count: int = 20, end: str = "open",
     """Run a transactional producer in another process that flushes and exits without close()."""
     tid = tid or f"ctl-{uuid.uuid4().hex[:10]}"
     out = subprocess.run(
-        [sys.executable, "-m", "twopc.testing.txn_producer", "--bootstrap", bootstrap,
+        [sys.executable, "-m", "twopc_testing.txn_producer", "--bootstrap", bootstrap,
          "--topic", topic, "--transactional-id", tid, "--count", str(count), "--end", end,
          "--timeout-ms", str(timeout_ms), "--compression", compression, "--id-prefix", id_prefix],
         capture_output=True, text=True, timeout=120, check=False)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from twopc.control.client import _prefix_pattern, version_hint
+from twopc.control.client import version_hint
 from twopc.control.config import settings_from_config
 from twopc.control.errors import ConfigError
+from twopc.control.transactions import prefix_pattern
 
 
 def test_producer_config_is_accepted() -> None:
@@ -37,7 +38,7 @@ def test_bad_config_names_the_key(config: dict[str, str], message: str) -> None:
 
 
 def test_prefix_pattern_escapes_punctuation() -> None:
-    assert _prefix_pattern("app.q-1") == "^app\\.q\\-1.*"
+    assert prefix_pattern("app.q-1") == "^app\\.q\\-1.*"
 
 
 def test_version_hint() -> None:

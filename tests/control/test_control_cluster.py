@@ -25,7 +25,7 @@ def sasl_kafka() -> Iterator[LocalKafka]:
 
 @pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN"])
 def test_sasl_end_to_end(sasl_kafka: LocalKafka, mechanism: str) -> None:
-    from twopc.testing.brokers import KafkaUnderTest
+    from twopc.broker.under_test import KafkaUnderTest
 
     plain = KafkaUnderTest("sasl", sasl_kafka.bootstrap_servers, local=sasl_kafka)
     topic = plain.create_topic(2)
@@ -55,7 +55,7 @@ def test_wrong_credentials_are_a_clear_error(sasl_kafka: LocalKafka, mechanism: 
 
 def test_coordinator_killed_mid_commit_phase() -> None:
     with LocalKafka(BrokerSpec(brokers=3, heap_mb=384)) as kafka:
-        from twopc.testing.brokers import KafkaUnderTest
+        from twopc.broker.under_test import KafkaUnderTest
 
         topic = KafkaUnderTest("3", kafka.bootstrap_servers, local=kafka).create_topic(3)
         txns = [open_txn(kafka.bootstrap_servers, topic, count=5, id_prefix=f"k{i}-")

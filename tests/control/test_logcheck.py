@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from twopc.control.logcheck import FetchProbe, LogOutcome, UnknownReason, decide
-from twopc.control.records import BatchHeader
+from twopc.control.record_batches import BatchHeader
 
 PID, EPOCH, OFF = 7, 2, 100
 

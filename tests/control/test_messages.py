@@ -9,6 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from twopc.control import messages as m
+from twopc.control import partition_messages as pm
+from twopc.control import txn_messages as tm
 from twopc.control.errors import UnsupportedBrokerError
 from twopc.control.messages import ApiKey
 from twopc.control.protocol import Reader, Writer
@@ -51,18 +53,18 @@ def test_negotiation_failures_name_the_api() -> None:
     with pytest.raises(UnsupportedBrokerError, match=r"3\.6"):
         m.negotiate(ApiKey.FETCH, (0, 11))
     with pytest.raises(ValueError, match="transaction-version-2"):
-        m.encode_end_txn(5, "t", 1, 0, True)
+        tm.encode_end_txn(5, "t", 1, 0, True)
 
 
 @pytest.mark.parametrize("version", [0, 1, 2, 3, 4])
 def test_end_txn_request_layout(version: int) -> None:
     flexible = version >= 3
-    r = Reader(m.encode_end_txn(version, "tx-1", 42, 3, True), flexible)
+    r = Reader(tm.encode_end_txn(version, "tx-1", 42, 3, True), flexible)
     assert (r.string(), r.int64(), r.int16(), r.bool()) == ("tx-1", 42, 3, True)
     r.tags()
     assert r.remaining == 0
     answer = Writer(flexible).int32(0).int16(90).tags().getvalue()
-    assert m.decode_end_txn(version, Reader(answer, flexible)) == 90
+    assert tm.decode_end_txn(version, Reader(answer, flexible)) == 90
 
 
 def test_describe_transactions_decoding() -> None:
@@ -74,7 +76,7 @@ def test_describe_transactions_decoding() -> None:
          .array([("b", [1]), ("a", [3, 0])], topic).tags())
 
     raw = Writer(True).int32(0).array([0], entry).tags().getvalue()
-    (e,) = m.decode_describe_transactions(0, Reader(raw, True))
+    (e,) = tm.decode_describe_transactions(0, Reader(raw, True))
     assert (e.transactional_id, e.state, e.producer_id, e.producer_epoch) == ("tx", "Ongoing", 7, 2)
     assert (e.timeout_ms, e.start_ms) == (60000, 1234)
     assert e.partitions == (("a", 0), ("a", 3), ("b", 1))
@@ -82,7 +84,7 @@ def test_describe_transactions_decoding() -> None:
 
 @pytest.mark.parametrize("version", [0, 1, 2])
 def test_list_transactions_request(version: int) -> None:
-    r = Reader(m.encode_list_transactions(version, ["Ongoing"], "^p.*"), True)
+    r = Reader(tm.encode_list_transactions(version, ["Ongoing"], "^p.*"), True)
     assert r.array(Reader.string) == ["Ongoing"]
     assert r.array(Reader.int64) == []
     if version >= 1:
@@ -91,6 +93,13 @@ def test_list_transactions_request(version: int) -> None:
         assert r.nullable_string() == "^p.*"
     r.tags()
     assert r.remaining == 0
+
+
+@pytest.mark.parametrize("version", [0, 1, 2])
+def test_list_transactions_by_producer_id(version: int) -> None:
+    r = Reader(tm.encode_list_transactions(version, [], None, [7, 1 << 40]), True)
+    assert r.array(Reader.string) == []
+    assert r.array(Reader.int64) == [7, 1 << 40]
 
 
 @pytest.mark.parametrize("version", [3, 4])
@@ -111,12 +120,12 @@ def test_find_coordinator(version: int) -> None:
 def test_fetch_round_trip(version: int) -> None:
     tid = uuid.uuid4()
     target: str | uuid.UUID = tid if version >= 13 else "topic"
-    req = Reader(m.encode_fetch(version, target, 3, 100, 1024), True)
+    req = Reader(pm.encode_fetch(version, target, 3, 100, 1024), True)
     assert [req.int32() for _ in range(4)] == [-1, 0, 1, 1024]
     assert req.int8() == m.ISOLATION_READ_COMMITTED
     req.int32(), req.int32()
     with pytest.raises(ValueError):
-        m.encode_fetch(version, "topic" if version >= 13 else tid, 3, 100, 1024)
+        pm.encode_fetch(version, "topic" if version >= 13 else tid, 3, 100, 1024)
 
     def part(w: Writer, _: int) -> None:
         # Tagged fields (here TruncationOffset, tag 0) always sit in the trailing tag section.
@@ -129,7 +138,7 @@ def test_fetch_round_trip(version: int) -> None:
         w.array([0], part).tags()
 
     raw = Writer(True).int32(0).int16(0).int32(0).array([0], topic).tags().getvalue()
-    top, (p,) = m.decode_fetch(version, Reader(raw, True))
+    top, (p,) = pm.decode_fetch(version, Reader(raw, True))
     assert top == 0
     assert (p.partition, p.high_watermark, p.last_stable_offset, p.log_start_offset) == (3, 50, 40,
                                                                                           10)
@@ -159,9 +168,9 @@ def test_metadata_decoding() -> None:
 
 
 def test_init_producer_id_and_sasl() -> None:
-    r = Reader(m.encode_init_producer_id(4, "tx", 60000), True)
+    r = Reader(tm.encode_init_producer_id(4, "tx", 60000), True)
     assert (r.string(), r.int32(), r.int64(), r.int16()) == ("tx", 60000, -1, -1)
-    resp = m.decode_init_producer_id(4, Reader(Writer(True).int32(0).int16(0).int64(8).int16(3)
+    resp = tm.decode_init_producer_id(4, Reader(Writer(True).int32(0).int16(0).int64(8).int16(3)
                                               .tags().getvalue(), True))
     assert (resp.producer_id, resp.producer_epoch) == (8, 3)
     assert Reader(m.encode_sasl_handshake(1, "PLAIN")).string() == "PLAIN"

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from twopc.control.errors import ProtocolError
-from twopc.control.records import HEADER_SIZE, BatchHeader, batch_headers
+from twopc.control.record_batches import HEADER_SIZE, BatchHeader, batch_headers
 
 
 def header(base: int = 0, pid: int = 5, epoch: int = 0, attributes: int = 0x10,

@@ -8,6 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from twopc.control import messages as m
+from twopc.control import partition_messages as pm
+from twopc.control import txn_messages as tm
 from twopc.control.errors import ERROR_CODES, UnsupportedBrokerError
 from twopc.control.messages import ApiKey
 from twopc.control.outcomes import ReleaseResult
@@ -38,7 +40,7 @@ def _read_add_partitions(version: int, raw: bytes) -> tuple[str, int, int, dict[
 @given(partitions=partition_lists, pid=st.integers(0, 2**63 - 1), epoch=st.integers(0, 32766))
 def test_add_partitions_request_layout(version: int, partitions: list[tuple[str, int]], pid: int,
                                        epoch: int) -> None:
-    raw = m.encode_add_partitions_to_txn(version, "tx-é", pid, epoch, partitions)
+    raw = tm.encode_add_partitions_to_txn(version, "tx-é", pid, epoch, partitions)
     tid, got_pid, got_epoch, found = _read_add_partitions(version, raw)
     assert (tid, got_pid, got_epoch) == ("tx-é", pid, epoch)
     want: dict[str, set[int]] = {}
@@ -48,10 +50,10 @@ def test_add_partitions_request_layout(version: int, partitions: list[tuple[str,
 
 
 def test_add_partitions_exact_bytes_v0_and_v3() -> None:
-    v0 = m.encode_add_partitions_to_txn(0, "t", 7, 2, [("a", 1)])
+    v0 = tm.encode_add_partitions_to_txn(0, "t", 7, 2, [("a", 1)])
     assert v0 == (b"\x00\x01t" + (7).to_bytes(8, "big") + b"\x00\x02"
                   + b"\x00\x00\x00\x01" + b"\x00\x01a" + b"\x00\x00\x00\x01" + b"\x00\x00\x00\x01")
-    v3 = m.encode_add_partitions_to_txn(3, "t", 7, 2, [("a", 1)])
+    v3 = tm.encode_add_partitions_to_txn(3, "t", 7, 2, [("a", 1)])
     assert v3 == (b"\x02t" + (7).to_bytes(8, "big") + b"\x00\x02"
                   + b"\x02" + b"\x02a" + b"\x02" + b"\x00\x00\x00\x01" + b"\x00" + b"\x00")
 
@@ -59,7 +61,7 @@ def test_add_partitions_exact_bytes_v0_and_v3() -> None:
 @pytest.mark.parametrize("version", [4, 5, -1])
 def test_add_partitions_refuses_broker_versions(version: int) -> None:
     with pytest.raises(ValueError, match="broker"):
-        m.encode_add_partitions_to_txn(version, "t", 1, 0, [("a", 0)])
+        tm.encode_add_partitions_to_txn(version, "t", 1, 0, [("a", 0)])
 
 
 @given(st.integers(0, 10), st.integers(0, 10))
@@ -88,21 +90,21 @@ def _add_partitions_answer(version: int, results: list[tuple[str, list[tuple[int
 @pytest.mark.parametrize("version", [0, 1, 2, 3])
 def test_add_partitions_response_decoding(version: int) -> None:
     ok = _add_partitions_answer(version, [("a", [(0, 0), (2, 0)]), ("b", [(1, 0)])])
-    resp = m.decode_add_partitions_to_txn(version, Reader(ok, version >= 3))
+    resp = tm.decode_add_partitions_to_txn(version, Reader(ok, version >= 3))
     assert resp.results == (("a", 0, 0), ("a", 2, 0), ("b", 1, 0)) and resp.error_code == 0
     # The partitions the broker skipped because of another's error carry OPERATION_NOT_ATTEMPTED;
     # the deciding code is the real one, wherever it is.
     fenced, skipped = ERROR_CODES["PRODUCER_FENCED"], ERROR_CODES["OPERATION_NOT_ATTEMPTED"]
     bad = _add_partitions_answer(version, [("a", [(0, skipped)]), ("b", [(1, fenced)])])
-    assert m.decode_add_partitions_to_txn(version, Reader(bad, version >= 3)).error_code == fenced
+    assert tm.decode_add_partitions_to_txn(version, Reader(bad, version >= 3)).error_code == fenced
     only_skipped = _add_partitions_answer(version, [("a", [(0, skipped)])])
-    assert m.decode_add_partitions_to_txn(version, Reader(only_skipped,
+    assert tm.decode_add_partitions_to_txn(version, Reader(only_skipped,
                                                           version >= 3)).error_code == skipped
 
 
 @given(partition_lists)
 def test_list_offsets_latest_request_layout(partitions: list[tuple[str, int]]) -> None:
-    r = Reader(m.encode_list_offsets_latest(7, partitions), True)
+    r = Reader(pm.encode_list_offsets_latest(7, partitions), True)
     assert (r.int32(), r.int8()) == (-1, m.ISOLATION_READ_COMMITTED)
     found: list[tuple[str, int, int, int]] = []
 
@@ -119,7 +121,7 @@ def test_list_offsets_latest_request_layout(partitions: list[tuple[str, int]]) -
     r.array(topic)
     r.tags()
     assert r.remaining == 0
-    assert found == [(t, p, -1, m.LATEST) for t, p in sorted(set(partitions))]
+    assert found == [(t, p, -1, pm.LATEST) for t, p in sorted(set(partitions))]
 
 
 def test_list_offsets_all_decoding() -> None:
@@ -131,7 +133,7 @@ def test_list_offsets_all_decoding() -> None:
 
     raw = Writer(True).int32(0).array([("a", [(0, 0, 17), (1, 6, -1)]), ("b", [(3, 0, 4)])],
                                       topic).tags().getvalue()
-    assert m.decode_list_offsets_all(7, Reader(raw, True)) == {
+    assert pm.decode_list_offsets_all(7, Reader(raw, True)) == {
         ("a", 0): (0, 17), ("a", 1): (6, -1), ("b", 3): (0, 4)}
 
 

@@ -19,8 +19,8 @@ import pytest
 
 from tests.control.helpers import open_txn, read_committed
 from twopc.broker.cluster import LocalKafka
+from twopc.broker.under_test import VARIANTS, KafkaUnderTest
 from twopc.control import ControlClient, ControlError, EndTxnRequest, OutcomeKind
-from twopc.testing.brokers import VARIANTS, KafkaUnderTest
 
 pytestmark = pytest.mark.integration
 

@@ -13,19 +13,23 @@ import uuid
 from pathlib import Path
 
 import pytest
+from twopc_testing.secured import secured_configs
 
 from checkpoint import open_log
-from twopc.audit import audit_topic
 from twopc.broker import LocalKafka
 from twopc.broker.tls import make_ca
+from twopc.broker.under_test import KafkaUnderTest
 from twopc.control import ControlClient, TlsError, TxnState
-from twopc.coordinator import Coordinator
-from twopc.handle import WriteResult
-from twopc.pool import transactional_id
-from twopc.records import Prepared, from_body
-from twopc.rows import Row
-from twopc.testing.brokers import KafkaUnderTest, secured_configs
-from twopc.writer import BrokerSecurityError, write_partition
+from twopc.driver.call import DriverSettings
+from twopc.driver.coordinator import Coordinator
+from twopc.executor.rows import Row
+from twopc.executor.write_errors import BrokerSecurityError
+from twopc.executor.writer import write_partition
+from twopc.ops.audit import audit_topic
+from twopc.protocol.handle import WriteResult
+from twopc.protocol.log_records import Prepared, from_body
+from twopc.protocol.owner import Owner
+from twopc.protocol.pool import transactional_id
 
 pytestmark = pytest.mark.integration
 
@@ -47,8 +51,8 @@ def _write(config: dict[str, str], prefix: str, topic: str, p: int) -> tuple[Wri
 
 
 def _coordinator(tmp_path: Path, control: ControlClient, prefix: str) -> Coordinator:
-    return Coordinator(open_log((tmp_path / "twopc").as_uri()), control, owner_kind="job",
-                       owner_id=prefix, prefix=prefix)
+    return Coordinator(open_log((tmp_path / "twopc").as_uri()), control,
+                       DriverSettings(Owner.jobs(prefix)))
 
 
 def _wrong_ca(config: dict[str, str], tmp_path: Path) -> dict[str, str]:

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from twopc.testing.drivers import SessionLeader
+from twopc.demo.drivers import SessionLeader
 
 DRIVER = Path(__file__).with_name("spark_driver.py")
 

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from checkpoint import open_log
-from twopc.audit import audit_topic, partition_offsets
+from twopc.broker.under_test import KafkaUnderTest
+from twopc.ops.audit import audit_topic, partition_offsets
 from twopc.spark import write_exactly_once
-from twopc.testing.brokers import KafkaUnderTest
 
 from .helpers import run_driver, sink_options
 

@@ -18,13 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from twopc_testing.s3 import S3Server
 
 from checkpoint import open_log
-from twopc.audit import audit_topic
+from twopc.broker.under_test import KafkaUnderTest
 from twopc.control import ControlClient, TxnState
-from twopc.testing.brokers import KafkaUnderTest
-from twopc.testing.drivers import kill_session, write_json_files
-from twopc.testing.s3 import S3Server
+from twopc.crashpoints import TEST_HOOKS_VALUE, TEST_HOOKS_VAR
+from twopc.demo.drivers import kill_session, write_json_files
+from twopc.ops.audit import audit_topic
 
 from .cluster import RUN_LIMIT_S, ClusterJob, ClusterSetup, spark_events, submit, task_attempts
 
@@ -191,7 +192,8 @@ def test_a_speculative_copy_wins_and_the_orphan_is_fenced(
     cfg = config(broker, topic, twopc_log, prefix, rows=rows, partitions=partitions, job_id="job-spec")
     conf = {**SPECULATION,
             "spark.executorEnv.TWOPC_PAUSE_AT": f"spark.task.precommitted.partition{last}.attempt0",
-            "spark.executorEnv.TWOPC_PAUSE_SECONDS": "600"}
+            "spark.executorEnv.TWOPC_PAUSE_SECONDS": "600",
+            f"spark.executorEnv.{TEST_HOOKS_VAR}": TEST_HOOKS_VALUE}
     job = submit(cluster_setup, "batch", cfg, tmp_path, "speculation", conf=conf)
     job.assert_succeeded()
 
@@ -206,7 +208,7 @@ def test_a_speculative_copy_wins_and_the_orphan_is_fenced(
     [prepared] = twopc_log.kinds("prepared")
     assert f"{prefix}-{last}-1" in {h["tid"] for h in prepared["handles"]}
     [committed] = twopc_log.kinds("committed")
-    # Committed.orphans, stored under the body key "losers" (records.py: stored names stay).
+    # Committed.orphans, stored under the body key "losers" (log_records.py: stored names stay).
     assert committed["losers"] == [f"{prefix}-{last}-0"], committed
     with ControlClient(broker.config()) as control:
         orphan = control.describe_transactions([f"{prefix}-{last}-0"])[f"{prefix}-{last}-0"]
@@ -229,7 +231,8 @@ def test_an_executor_killed_mid_write(
     cfg = config(broker, topic, twopc_log, prefix, rows=400, job_id="job-kill")
     conf = {"spark.executorEnv.TWOPC_PAUSE_AT": "writer.after_produce",
             "spark.executorEnv.TWOPC_PAUSE_UNTIL": str(go),
-            "spark.executorEnv.TWOPC_PAUSE_SECONDS": "600"}
+            "spark.executorEnv.TWOPC_PAUSE_SECONDS": "600",
+            f"spark.executorEnv.{TEST_HOOKS_VAR}": TEST_HOOKS_VALUE}
     job = submit(cluster_setup, "batch", cfg, tmp_path, "kill-mid-write", conf=conf)
     app = job.wait_app()
     with ControlClient(broker.config()) as control:

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from twopc.audit import audit_topic
-from twopc.testing.brokers import KafkaUnderTest
-from twopc.testing.drivers import write_json_files
+from twopc.broker.under_test import KafkaUnderTest
+from twopc.demo.drivers import write_json_files
+from twopc.ops.audit import audit_topic
 
 from .helpers import errors_of, run_driver
 

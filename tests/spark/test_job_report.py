@@ -6,9 +6,9 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.core.strategies import batch_handles
-from twopc.coordinator import CommitReport
-from twopc.handle import Handle, ResultKind, WriteResult
+from tests.protocol.strategies import batch_handles
+from twopc.driver.coordinator import CommitReport
+from twopc.protocol.handle import Handle, ResultKind, WriteResult
 from twopc.spark.jobs import job_report
 
 STATUSES = ["committed", "repaired", "empty", "already_committed"]

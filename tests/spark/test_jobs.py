@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from checkpoint import open_log
+from twopc.broker.under_test import KafkaUnderTest
 from twopc.control import ControlClient, TxnState
-from twopc.session import Session
+from twopc.log.session import Session
 from twopc.spark import write_exactly_once
-from twopc.testing.brokers import KafkaUnderTest
 
 from .helpers import background_driver, errors_of, run_driver, sink_options
 from .test_batch import assert_exactly_once, expected, ids_df

@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 
 from checkpoint import open_log
-from twopc.audit import audit_topic
-from twopc.records import Committed, RollForward, from_body
+from twopc.broker.under_test import KafkaUnderTest
+from twopc.demo.drivers import write_json_files
+from twopc.ops.audit import audit_topic
+from twopc.protocol.log_records import Committed, RollForward, from_body
 from twopc.spark import TwopcProgressListener
 from twopc.spark.journal import Journal
 from twopc.spark.listener import LOGGER_NAME
-from twopc.testing.brokers import KafkaUnderTest
-from twopc.testing.drivers import write_json_files
 
 from .helpers import errors_of, run_driver, sink_options
 from .test_streaming import PER_FILE, start_query
@@ -128,9 +128,11 @@ def test_recovery_after_a_killed_commit_reaches_the_driver(
 def test_a_failed_commit_is_reported_when_the_query_stops(
     spark: Any, broker: KafkaUnderTest, topic: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # A commit margin above the whole timeout: the check before the intent fails every batch.
+    # A commit margin of the whole timeout but 1 ms (a larger one is refused as an option): any
+    # transaction has used more than 1 ms by its commit, so the check before the intent fails
+    # every batch.
     options = {**sink_options(broker.bootstrap_servers, topic, tmp_path),
-               "twopc.commitMarginMs": "120000"}
+               "twopc.commitMarginMs": "59999"}
     listener = TwopcProgressListener(options)
     spark.streams.addListener(listener)
     source = tmp_path / "in"

@@ -23,11 +23,11 @@ from typing import Any
 import pytest
 
 from tests.spark.helpers import DRIVER
-from twopc.audit import audit_topic, partition_offsets, wait_until_stable
+from twopc.broker.under_test import KafkaUnderTest
 from twopc.control import ControlClient, TxnState
-from twopc.pool import transactional_id
-from twopc.testing.brokers import KafkaUnderTest
-from twopc.testing.drivers import DriverProcess, write_json_files
+from twopc.demo.drivers import DriverProcess, write_json_files
+from twopc.ops.audit import audit_topic, partition_offsets, wait_until_stable
+from twopc.protocol.pool import transactional_id
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1800),
               pytest.mark.only_variants("kafka4-3node")]

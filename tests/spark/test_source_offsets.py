@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from twopc.audit import audit_topic
+from twopc.broker.under_test import KafkaUnderTest
 from twopc.control import ControlClient
-from twopc.testing.brokers import KafkaUnderTest
+from twopc.ops.audit import audit_topic
 
 from .helpers import errors_of, run_driver
 

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from twopc.audit import audit_topic, partition_offsets, wait_until_stable
+from twopc.broker.under_test import KafkaUnderTest
+from twopc.demo.drivers import write_json_files
+from twopc.ops.audit import audit_topic, partition_offsets, wait_until_stable
 from twopc.spark import ExactlyOnceKafkaSink
-from twopc.testing.brokers import KafkaUnderTest
-from twopc.testing.drivers import write_json_files
 
 from .helpers import sink_options
 
@@ -106,7 +106,7 @@ def test_foreach_batch_writes_again_when_the_guard_fails(
 
     import twopc.spark.foreach_batch as fb
     from checkpoint import open_log
-    from twopc.records import Aborted, from_body
+    from twopc.protocol.log_records import Aborted, from_body
 
     options = {**sink_options(broker.bootstrap_servers, topic, tmp_path),
                "twopc.transactionTimeoutMs": "3000", "twopc.commitMarginMs": "1000"}

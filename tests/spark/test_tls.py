@@ -9,11 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from twopc_testing.secured import secured_configs
 
-from twopc.audit import audit_topic
 from twopc.broker import LocalKafka
 from twopc.broker.tls import make_ca
-from twopc.testing.brokers import KafkaUnderTest, secured_configs
+from twopc.broker.under_test import KafkaUnderTest
+from twopc.ops.audit import audit_topic
 
 from .helpers import sink_options
 

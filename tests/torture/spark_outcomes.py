@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from twopc.records import (
+from twopc.protocol.log_records import (
     Aborted,
     Committed,
     Duplicates,

@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from twopc.broker import ledger
 from twopc.broker.errors import BrokerStartError
 
 
@@ -98,6 +99,7 @@ class Node:
             cwd=self.data_dir,
         )
         out.close()
+        ledger.record(self.process.pid, str(self.data_dir))
 
     @property
     def pid(self) -> int | None:

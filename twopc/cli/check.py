@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from twopc.cli._common import add_client_settings, client_settings
+from twopc.cli._common import add_client_settings, client_settings, integer
 from twopc.cli._output import emit_json
-from twopc.preflight import CONNECTION, Status, run_preflight
+from twopc.ops.preflight import CONNECTION, Status, run_preflight
 
 EPILOG = """Each item is OK, WARN or FAIL, with what to change. The ACLs are tried: InitProducerId on the
 probe id PREFIX-twopc-check (it holds no transaction), and the topic's authorized operations. The
@@ -31,7 +31,8 @@ def register(sub: Any) -> None:
     p.add_argument("--bootstrap-servers", required=True)
     p.add_argument("--topic", required=True)
     p.add_argument("--prefix", required=True, help="the transactional id prefix the job will use")
-    p.add_argument("--transaction-timeout-ms", type=int, default=60000)
+    p.add_argument("--transaction-timeout-ms", default=60000,
+                   type=integer(1000, 2**31 - 1, "milliseconds"))
     add_client_settings(
         p, "extra librdkafka settings (security.protocol=SASL_SSL, sasl.username=..., ...)")
     p.add_argument("--json", action="store_true")

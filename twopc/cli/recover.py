@@ -10,10 +10,13 @@ import sys
 from typing import Any, TextIO
 
 from checkpoint import CheckpointError, open_log
+from checkpoint.redact import redact_url
 from twopc.cli._common import (
     UsageError,
     add_checkpoint_args,
+    bootstrap_servers,
     client_settings,
+    integer,
     print_stuck,
     storage_options,
     stuck_batch,
@@ -21,19 +24,21 @@ from twopc.cli._common import (
 )
 from twopc.cli._output import emit_json, fail
 from twopc.control import ControlClient, ControlError
-from twopc.coordinator import Coordinator
-from twopc.decisions import BatchStatus
+from twopc.driver.call import DriverSettings
+from twopc.driver.recovery import Recovery
+from twopc.driver.recovery_report import RecoveryReport
 from twopc.errors import (
     FenceFailed,
     InconsistentLog,
     LogOwnershipLost,
     ResolutionRefused,
+    StrandedCommitAborted,
     StrandedUnreleased,
     TwopcError,
     UndecidedError,
 )
-from twopc.records import DECISIONS
-from twopc.recovery import RecoveryReport
+from twopc.protocol.log_records import DECISIONS
+from twopc.protocol.state import BatchStatus
 
 EPILOG = """Settles every batch whose intent has no outcome (roll forward, or the log check), fences the
 prefix's open transactions that no record names, and prints the report. A batch that stays stuck
@@ -41,6 +46,9 @@ prefix's open transactions that no record names, and prints the report. A batch 
 and what was lost; --resolve records the operator's decision for it, after a confirmation:
   committed  keep what is visible; the re-run writes nothing more (a lost part stays lost)
   aborted    the batch counts as not committed; the re-run writes all of it (a visible part twice)
+A committed batch whose records the log proves aborted after their commit (DATA LOSS: a broker
+lost their commit markers and the transaction holding them ended as aborted) is reported at every
+check, exit 1, until --acknowledge-loss BATCH --note records that the loss was handled.
 
 exit codes: 0 nothing left stuck (or the resolution was recorded); 1 attention needed (undecided,
 partly committed, another driver writes the log, resolution declined); 2 bad arguments, no twopc log
@@ -50,6 +58,8 @@ examples:
   twopc recover --checkpoint /data/chk/orders-twopc --bootstrap-servers kafka-1:9092
   twopc recover --checkpoint /data/chk/orders-twopc --bootstrap-servers kafka-1:9092 \\
       --resolve 41 --decision committed --note "ops: accept loss of partition 3, ticket 1234"
+  twopc recover --checkpoint /data/chk/orders-twopc --bootstrap-servers kafka-1:9092 \\
+      --acknowledge-loss 57 --note "ops: re-sent from the source, ticket 1240"
 """
 
 
@@ -59,12 +69,17 @@ def register(sub: Any) -> None:
         description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_checkpoint_args(p)
-    p.add_argument("--bootstrap-servers", required=True, metavar="HOST:PORT[,...]")
+    p.add_argument("--bootstrap-servers", required=True, metavar="HOST:PORT[,...]",
+                   type=bootstrap_servers)
     p.add_argument("--resolve", metavar="BATCH", help="record a decision for this stuck batch")
     p.add_argument("--decision", choices=DECISIONS, help="with --resolve: committed or aborted")
-    p.add_argument("--note", help="with --resolve: who decided and why (kept in the log)")
-    p.add_argument("--yes", action="store_true", help="with --resolve: do not ask for confirmation")
-    p.add_argument("--settle-wait-ms", type=int, default=60000,
+    p.add_argument("--acknowledge-loss", metavar="BATCH",
+                   help="record that the proven loss of this committed batch's records was handled")
+    p.add_argument("--note", help="with --resolve or --acknowledge-loss: who decided and why "
+                   "(kept in the log)")
+    p.add_argument("--yes", action="store_true",
+                   help="with --resolve or --acknowledge-loss: do not ask for confirmation")
+    p.add_argument("--settle-wait-ms", type=integer(0, 2**31 - 1, "milliseconds"), default=60000,
                    help="how long the log check waits for a partition to become stable")
     p.add_argument("--allow-unconditional-create", action="store_true",
                    help="accept a storage backend without atomic create-if-absent (risky)")
@@ -128,6 +143,12 @@ def _release_failed(report: RecoveryReport, transactional_id: str) -> str | None
 
 
 def _validate(args: argparse.Namespace) -> None:
+    if args.acknowledge_loss is not None:
+        if args.resolve is not None or args.decision is not None:
+            raise UsageError("--acknowledge-loss goes alone (with --note), not with --resolve")
+        if args.note is None or not args.note.strip():
+            raise UsageError("--acknowledge-loss needs --note saying who handled the loss and how")
+        return
     given = [args.decision is not None, args.note is not None]
     if args.resolve is None and any(given):
         raise UsageError("--decision and --note go with --resolve BATCH")
@@ -154,14 +175,16 @@ def _recover(args: argparse.Namespace) -> int:
     control: ControlClient | None = None
     try:
         _validate(args)
+        # A misspelt URL must not become a new, empty log: look before opening for writing.
+        view_of(open_log(args.checkpoint, storage_options(args), read_only=True))
         log = open_log(args.checkpoint, storage_options(args),
                        allow_unconditional_create=args.allow_unconditional_create)
-        binding = view_of(log).binding
+        owner = view_of(log).owner
         control = ControlClient({**client_settings(args),
                                  "bootstrap.servers": args.bootstrap_servers})
-        coord = Coordinator(log, control, owner_kind=binding.owner_kind, owner_id=binding.owner_id,
-                            prefix=binding.prefix, settle_wait_ms=args.settle_wait_ms)
-        return _run(args, coord)
+        recovery = Recovery(log, control,
+                            DriverSettings(owner, settle_wait_ms=args.settle_wait_ms))
+        return _run(args, recovery)
     except UsageError as exc:
         return fail(str(exc))
     except ResolutionRefused as exc:
@@ -177,28 +200,34 @@ def _recover(args: argparse.Namespace) -> int:
             control.close()
 
 
-def _run(args: argparse.Namespace, coord: Coordinator) -> int:
+def _run(args: argparse.Namespace, recovery: Recovery) -> int:
     bar = None if args.no_progress else ProgressBar(sys.stderr)
     undecided: UndecidedError | None = None
+    loss: StrandedCommitAborted | None = None
     try:
-        report = coord.recover(on_progress=bar)
+        report = recovery.recover(on_progress=bar)
     except (UndecidedError, StrandedUnreleased, FenceFailed) as exc:
         # What recovery did before it stopped, or what it left: shown below, exit code 1.
         undecided = exc if isinstance(exc, UndecidedError) else None
         report = exc.report if isinstance(exc.report, RecoveryReport) else RecoveryReport()
+    except StrandedCommitAborted as exc:
+        loss, report = exc, RecoveryReport()
     finally:
         if bar is not None:
             bar.close()
-    view = view_of(coord.log)
+    if args.acknowledge_loss is not None:
+        return _acknowledge(args, recovery, loss)
+    view = view_of(recovery.log)
     stuck = [stuck_batch(view, b) for b in sorted(view.state.batches.values(),
                                                   key=lambda b: b.last_seq)
              if b.status in (BatchStatus.PREPARED, BatchStatus.PARTIAL)]
-    out: dict[str, Any] = {"checkpoint": coord.log.url,
-                           "binding": {"owner_kind": coord.binding.owner_kind,
-                                       "owner_id": coord.binding.owner_id,
-                                       "prefix": coord.binding.prefix},
+    out: dict[str, Any] = {"checkpoint": redact_url(recovery.log.url),
+                           "binding": {"owner_kind": recovery.owner.kind.value,
+                                       "owner_id": recovery.owner.owner_id,
+                                       "prefix": recovery.owner.prefix},
                            "recovery": report_obj(report),
                            "undecided_error": str(undecided) if undecided else None,
+                           "data_loss": str(loss) if loss else None,
                            "stuck": stuck, "resolution": None}
     if args.resolve is not None:
         target = next((s for s in stuck if s["batch"] == args.resolve), None)
@@ -213,7 +242,7 @@ def _run(args: argparse.Namespace, coord: Coordinator) -> int:
             if args.json:
                 emit_json(out)
             return 1
-        coord.resolve(args.resolve, args.decision, args.note)
+        recovery.resolve(args.resolve, args.decision, args.note)
         out["resolution"] = {"batch": args.resolve, "decision": args.decision, "note": args.note}
         out["stuck"] = [s for s in stuck if s["batch"] != args.resolve]
         if args.json:
@@ -225,8 +254,33 @@ def _run(args: argparse.Namespace, coord: Coordinator) -> int:
         emit_json(out)
     else:
         _print(out)
-    return 1 if (stuck or undecided or report.stranded.unreleased
+    return 1 if (stuck or undecided or loss or report.stranded.unreleased
                  or report.fence_failures) else 0
+
+
+def _acknowledge(args: argparse.Namespace, recovery: Recovery,
+                 loss: StrandedCommitAborted | None) -> int:
+    batch = args.acknowledge_loss
+    if loss is not None:
+        print(str(loss), file=sys.stderr)
+    if not args.yes:
+        print(f"Record that the loss of batch {batch}'s aborted records was handled? The holds on "
+              "its ids go and checks stop reporting it. This is permanent. [y/N] ", end="",
+              file=sys.stderr, flush=True)
+        try:
+            answer = input()
+        except EOFError:
+            answer = ""
+        if answer.strip().lower() not in ("y", "yes"):
+            print("nothing recorded", file=sys.stderr)
+            return 1
+    ids = recovery.acknowledge_loss(batch, args.note)
+    if args.json:
+        emit_json({"checkpoint": recovery.log.url, "acknowledged": {
+            "batch": batch, "transactional_ids": list(ids), "note": args.note}})
+    else:
+        print(f"recorded: the loss of batch {batch} ({', '.join(ids)}) acknowledged ({args.note})")
+    return 0
 
 
 def _print(out: dict[str, Any]) -> None:
@@ -238,6 +292,8 @@ def _print(out: dict[str, Any]) -> None:
             print(line + (f" ({t['reason']})" if t["reason"] else ""))
     if out["undecided_error"]:
         print(f"undecided: {out['undecided_error']}")
+    if out["data_loss"]:
+        print(out["data_loss"])
     if out["stuck"]:
         print("stuck batches (restart the query to re-run a partly committed batch; resolve with "
               "--resolve BATCH --decision committed|aborted --note TEXT):")

@@ -25,7 +25,7 @@ from twopc.control.outcomes import (
     TransactionListing,
     TxnState,
 )
-from twopc.control.records import BatchHeader
+from twopc.control.record_batches import BatchHeader
 
 __all__ = [
     "AuthenticationError",

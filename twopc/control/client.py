@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import uuid
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from types import TracebackType
@@ -17,12 +17,14 @@ from typing import Any, TypeVar
 
 from twopc.control import errors as e
 from twopc.control import group_messages as gm
-from twopc.control import messages as m
-from twopc.control.cluster import Backoff, Cluster, gather_dict
+from twopc.control import groups as gr
+from twopc.control import partition_messages as pm
+from twopc.control import partitions as pa
+from twopc.control import transactions as tx
+from twopc.control.cluster import Cluster
 from twopc.control.config import settings_from_config
-from twopc.control.errors import BrokerConnectionError, KafkaApiError, RetriesExhaustedError
-from twopc.control.logcheck import FetchProbe, LogCheckResult, LogOutcome, UnknownReason, decide
-from twopc.control.messages import ApiKey
+from twopc.control.logcheck import FetchProbe, LogCheckResult
+from twopc.control.messages import ApiKey, TopicInfo
 from twopc.control.outcomes import (
     EndTxnOutcome,
     EndTxnRequest,
@@ -32,15 +34,9 @@ from twopc.control.outcomes import (
     TransactionDescription,
     TransactionListing,
     TxnState,
-    classify_end_txn,
 )
-from twopc.control.records import batch_headers
 
 T = TypeVar("T")
-END_TXN_MAX_VERSION = 4
-# Small on purpose: the broker still returns the whole first batch (KIP-74), and only its header
-# is read.
-_PROBE_MAX_BYTES = 1024
 
 
 @dataclass(frozen=True)
@@ -77,12 +73,6 @@ def version_hint(versions: Mapping[int, tuple[int, int]],
         at_least = "<3.6"
     return BrokerVersionHint(at_least, features.get("transaction.version", 0),
                              top(ApiKey.INIT_PRODUCER_ID) >= 6)
-
-
-def _prefix_pattern(prefix: str) -> str:
-    # Escape every non-alphanumeric ASCII character: valid in both Java regex and RE2.
-    body = "".join(c if c.isalnum() or ord(c) > 127 else "\\" + c for c in prefix)
-    return f"^{body}.*"
 
 
 class ControlClient:
@@ -147,16 +137,28 @@ class ControlClient:
                 "produce request can leave a transaction hanging (KIP-890): upgrade the brokers")
         return hint
 
+    async def _topics(self, topics: Sequence[str]) -> dict[str, TopicInfo]:
+        """Each topic's Metadata entry, asked afresh; a topic the broker answers an error for
+        (UNKNOWN_TOPIC_OR_PARTITION: it does not exist) is that error, naming the topic."""
+        resp = await self._cluster.refresh_metadata(list(topics))
+        out: dict[str, TopicInfo] = {}
+        for t in resp.topics:
+            if t.error_code != 0:
+                raise e.api_error(t.error_code, f"metadata of topic {t.name!r}")
+            if t.name is not None:
+                out[t.name] = t
+        return out
+
     def topic_ids(self, topics: Sequence[str]) -> dict[str, str]:
         async def run() -> dict[str, str]:
-            resp = await self._cluster.refresh_metadata(list(topics))
-            out: dict[str, str] = {}
-            for t in resp.topics:
-                if t.error_code != 0:
-                    raise e.api_error(t.error_code, f"metadata of topic {t.name!r}")
-                if t.name is not None:
-                    out[t.name] = str(t.topic_id)
-            return out
+            return {name: str(t.topic_id) for name, t in (await self._topics(topics)).items()}
+        return self._call(run())
+
+    def topic_partitions(self, topics: Sequence[str]) -> dict[str, list[int]]:
+        """Each topic's partition numbers, from a fresh Metadata request."""
+        async def run() -> dict[str, list[int]]:
+            found = await self._topics(sorted(set(topics)))
+            return {name: sorted(p.partition for p in t.partitions) for name, t in found.items()}
         return self._call(run())
 
     def coordinators(self, ids: Sequence[str]) -> dict[str, int]:
@@ -190,96 +192,21 @@ class ControlClient:
                                     ) -> Future[dict[str, TransactionDescription]]:
         """`describe_transactions`, sent now and answered through the returned future (a read:
         a caller may start it before it knows it needs the answer)."""
-        return self._start(self._describe(list(dict.fromkeys(ids))))
+        return self._start(tx.describe_transactions(self._cluster, list(dict.fromkeys(ids))))
 
-    async def _describe(self, ids: list[str]) -> dict[str, TransactionDescription]:
-        out: dict[str, TransactionDescription] = {}
-        todo = ids
-        backoff = Backoff(self._settings)
-        last = 0
-        while todo:
-            by_node: dict[int, list[str]] = {}
-            for tid, node in (await self._cluster.coordinators(todo)).items():
-                by_node.setdefault(node, []).append(tid)
-            replies = await asyncio.gather(
-                *(self._describe_at(node, batch) for node, batch in by_node.items()),
-                return_exceptions=True)
-            retry: list[str] = []
-            for (node, batch), reply in zip(by_node.items(), replies, strict=True):
-                if isinstance(reply, BrokerConnectionError):
-                    self._cluster.drop_node(node)
-                    retry += batch
-                    last = 13
-                    continue
-                if isinstance(reply, BaseException):
-                    raise reply
-                for entry in reply:
-                    if entry.error_code in e.COORDINATOR_RETRIABLE:
-                        self._cluster.forget_coordinator(entry.transactional_id)
-                        retry.append(entry.transactional_id)
-                        last = entry.error_code
-                    elif entry.error_code == e.ERROR_CODES["TRANSACTIONAL_ID_NOT_FOUND"]:
-                        out[entry.transactional_id] = TransactionDescription(
-                            entry.transactional_id, TxnState.UNKNOWN_ID, -1, -1, -1, -1, (),
-                            entry.error_code, node)
-                    elif entry.error_code != 0:
-                        raise e.api_error(entry.error_code,
-                                          f"DescribeTransactions of {entry.transactional_id!r}")
-                    else:
-                        out[entry.transactional_id] = TransactionDescription(
-                            entry.transactional_id, TxnState.parse(entry.state),
-                            entry.producer_id, entry.producer_epoch, entry.timeout_ms,
-                            entry.start_ms, entry.partitions, 0, node)
-            todo = retry
-            if todo and not await backoff.wait():
-                raise RetriesExhaustedError(last, f"DescribeTransactions of {todo[:3]}")
-        return {tid: out[tid] for tid in ids}
+    def list_transactions(self, prefix: str | None = None, states: Sequence[TxnState] = (),
+                          producer_ids: Sequence[int] = ()) -> list[TransactionListing]:
+        """Transactions known to every coordinator, optionally those whose id starts with `prefix`,
+        whose state is one of `states` and whose producer id is one of `producer_ids`."""
+        return self.start_list_transactions(prefix, states, producer_ids).result()
 
-    async def _describe_at(self, node: int, ids: list[str]) -> list[m.TxnStateEntry]:
-        conn = await self._cluster.connection(node)
-        version = conn.version(ApiKey.DESCRIBE_TRANSACTIONS)
-        reader = await conn.request(ApiKey.DESCRIBE_TRANSACTIONS, version,
-                                    m.encode_describe_transactions(version, ids))
-        return m.decode_describe_transactions(version, reader)
-
-    def list_transactions(self, prefix: str | None = None,
-                          states: Sequence[TxnState] = ()) -> list[TransactionListing]:
-        """Transactions known to every coordinator, optionally those whose id starts with `prefix`
-        and whose state is one of `states`."""
-        return self.start_list_transactions(prefix, states).result()
-
-    def start_list_transactions(self, prefix: str | None = None, states: Sequence[TxnState] = ()
+    def start_list_transactions(self, prefix: str | None = None, states: Sequence[TxnState] = (),
+                                producer_ids: Sequence[int] = ()
                                 ) -> Future[list[TransactionListing]]:
         """`list_transactions`, sent now and answered through the returned future, so that a
         caller can have other requests of this client (EndTxn) in flight meanwhile."""
-        return self._start(self._list(prefix, [s.value for s in states]))
-
-    async def _list(self, prefix: str | None, states: list[str]) -> list[TransactionListing]:
-        await self._cluster.refresh_metadata()
-        nodes = sorted(self._cluster.brokers)
-        replies = await asyncio.gather(*(self._list_at(n, prefix, states) for n in nodes))
-        seen: dict[str, TransactionListing] = {}
-        for node, resp in zip(nodes, replies, strict=True):
-            for tid, pid, state in resp.transactions:
-                if prefix is not None and not tid.startswith(prefix):
-                    continue  # old brokers cannot filter by id: filter here
-                seen[tid] = TransactionListing(tid, pid, TxnState.parse(state), node)
-        return sorted(seen.values(), key=lambda t: t.transactional_id)
-
-    async def _list_at(self, node: int, prefix: str | None,
-                       states: list[str]) -> m.ListTransactionsResponse:
-        backoff = Backoff(self._settings)
-        while True:
-            conn = await self._cluster.connection(node)
-            version = conn.version(ApiKey.LIST_TRANSACTIONS)
-            pattern = _prefix_pattern(prefix) if prefix and version >= 2 else None
-            resp = m.decode_list_transactions(version, await conn.request(
-                ApiKey.LIST_TRANSACTIONS, version,
-                m.encode_list_transactions(version, states, pattern)))
-            if resp.error_code == 0:
-                return resp
-            if resp.error_code not in e.COORDINATOR_RETRIABLE or not await backoff.wait():
-                raise e.api_error(resp.error_code, f"ListTransactions at broker {node}")
+        return self._start(tx.list_transactions(self._cluster, prefix, [s.value for s in states],
+                                                tuple(sorted(set(producer_ids)))))
 
     # --- ending and fencing --------------------------------------------------------------
 
@@ -291,85 +218,17 @@ class ControlClient:
         ids = [r.transactional_id for r in requests]
         if len(set(ids)) != len(ids):
             raise ValueError("end_txns: each transactional id may appear only once")
-        return self._call(self._end_all(list(requests), precheck))
-
-    async def _end_all(self, requests: list[EndTxnRequest],
-                       precheck: bool) -> dict[str, EndTxnOutcome]:
-        prior: dict[str, TransactionDescription] = {}
-        if precheck and requests:
-            try:
-                prior = await self._describe([r.transactional_id for r in requests])
-            except e.ControlError:
-                prior = {}  # only labels depend on it; EndTxn itself decides
-        else:
-            await self._cluster.coordinators([r.transactional_id for r in requests])
-        return await gather_dict({
-            r.transactional_id: self._end_one(r, prior.get(r.transactional_id))
-            for r in requests})
-
-    async def _end_one(self, req: EndTxnRequest,
-                       prior: TransactionDescription | None) -> EndTxnOutcome:
-        tid = req.transactional_id
-        code = await self._coordinator_call(tid, lambda v: m.encode_end_txn(
-            v, tid, req.producer_id, req.epoch, req.commit), m.decode_end_txn,
-            ApiKey.END_TXN, END_TXN_MAX_VERSION)
-        return classify_end_txn(req, code, prior)
-
-    async def _coordinator_call(self, tid: str, encode: Any, decode: Any, api: ApiKey,
-                                ceiling: int | None = None) -> Any:
-        """One request to `tid`'s coordinator, retried while the coordinator moves or loads, or
-        answers CONCURRENT_TRANSACTIONS. Returns the error code (or decoded response) of the
-        last answer; an exhausted budget returns that retriable code for the caller to classify."""
-        backoff = Backoff(self._settings)
-        while True:
-            node: int | None = None
-            try:
-                node = (await self._cluster.coordinators([tid]))[tid]
-                conn = await self._cluster.connection(node)
-                version = conn.version(api, ceiling)
-                result = decode(version, await conn.request(api, version, encode(version)))
-            except BrokerConnectionError:
-                # The coordinator may be down: look it up again. Ending a transaction twice is
-                # safe (a retry of the same ending answers NONE).
-                self._cluster.forget_coordinator(tid)
-                if node is not None:
-                    self._cluster.drop_node(node)
-                result = None
-                code = e.ERROR_CODES["NETWORK_EXCEPTION"]
-            except RetriesExhaustedError as exc:
-                return exc.code if api == ApiKey.END_TXN else _raise(exc)
-            else:
-                code = result if isinstance(result, int) else result.error_code
-            if code in e.COORDINATOR_RETRIABLE:
-                self._cluster.forget_coordinator(tid)
-            if code not in e.COORDINATOR_RETRIABLE and code not in e.RETRY_SAME:
-                return result
-            if not await backoff.wait():
-                return code if result is None or isinstance(result, int) else result
+        return self._call(tx.end_all(self._cluster, list(requests), precheck))
 
     def fence(self, ids: Sequence[str], timeout_ms: int = 60000) -> dict[str, FenceResult]:
         """InitProducerId on each id: bumps its epoch, aborts its open transaction, and stops any
         producer still holding it from writing again. The coordinator forgets the fenced
         transaction's outcome; the log still holds it (see log_check)."""
-        return self._call(self._fence_all(list(dict.fromkeys(ids)), timeout_ms))
-
-    async def _fence_all(self, ids: list[str], timeout_ms: int) -> dict[str, FenceResult]:
-        await self._cluster.coordinators(ids)
-        return await gather_dict({tid: self._fence_one(tid, timeout_ms) for tid in ids})
-
-    async def _fence_one(self, tid: str, timeout_ms: int) -> FenceResult:
-        resp = await self._coordinator_call(
-            tid, lambda v: m.encode_init_producer_id(v, tid, timeout_ms),
-            m.decode_init_producer_id, ApiKey.INIT_PRODUCER_ID)
-        if isinstance(resp, int):
-            return FenceResult(tid, -1, -1, e.error_name(resp))
-        if resp.error_code != 0:
-            return FenceResult(tid, -1, -1, e.error_name(resp.error_code))
-        return FenceResult(tid, resp.producer_id, resp.producer_epoch)
+        return self._call(tx.fence_all(self._cluster, list(dict.fromkeys(ids)), timeout_ms))
 
     def release_stranded(self, transactional_id: str, partitions: Sequence[tuple[str, int]],
                          producer_id: int | None = None,
-                         timeout_ms: int = 60000) -> ReleaseResult:
+                         timeout_ms: int | None = None) -> ReleaseResult:
         """End a committed transaction whose commit markers never reached `partitions`.
 
         A broker killed mid-commit can record CompleteCommit without writing the markers (see
@@ -382,92 +241,38 @@ class ControlClient:
         InitProducerId aborts whatever transaction the id holds open: call it only for an id no
         live writer uses. With `producer_id`, stop (error PRODUCER_ID_CHANGED) if the id now has
         another producer id: that producer's markers cannot end the stranded transaction.
+        The release's own transaction timeout: `timeout_ms`, by default the client's
+        `twopc.control.release.timeout.ms` (15 minutes; 1 minute where the broker allows less),
+        the time a later check has to commit a release cut short before its EndTxn.
         """
         parts = tuple(sorted(dict.fromkeys((str(t), int(p)) for t, p in partitions)))
         if not parts:
             raise ValueError("release_stranded needs at least one partition")
-        return self._call(self._release(transactional_id, parts, producer_id, timeout_ms))
-
-    async def _release(self, tid: str, parts: tuple[tuple[str, int], ...],
-                       expected_pid: int | None, timeout_ms: int) -> ReleaseResult:
-        init = await self._fence_one(tid, timeout_ms)
-        if init.error is not None:
-            return ReleaseResult(tid, -1, -1, parts, init.error, "init_producer_id")
-        pid, epoch = init.producer_id, init.epoch
-        if expected_pid is not None and pid != expected_pid:
-            return ReleaseResult(tid, pid, epoch, parts, "PRODUCER_ID_CHANGED",
-                                 "init_producer_id")
-        added = await self._coordinator_call(
-            tid, lambda v: m.encode_add_partitions_to_txn(v, tid, pid, epoch, parts),
-            m.decode_add_partitions_to_txn, ApiKey.ADD_PARTITIONS_TO_TXN,
-            m.ADD_PARTITIONS_MAX_VERSION)
-        code = added if isinstance(added, int) else added.error_code
-        if code != 0:
-            return ReleaseResult(tid, pid, epoch, parts, e.error_name(code), "add_partitions")
-        ended = await self._end_one(EndTxnRequest(tid, pid, epoch, True), None)
-        if not ended.committed:
-            return ReleaseResult(tid, pid, epoch, parts,
-                                 ended.error or ended.kind.value, "end_txn")
-        return ReleaseResult(tid, pid, epoch, parts)
+        timeout = self._settings.release_timeout_ms if timeout_ms is None else timeout_ms
+        return self._call(tx.release_stranded(self._cluster, transactional_id, parts, producer_id,
+                                              timeout))
 
     # --- the log ---------------------------------------------------------------------------
 
     def fetch_at(self, topic: str, partition: int, offset: int,
                  topic_id: str | None = None) -> FetchProbe:
-        return self._call(self._fetch_at(topic, partition, offset,
+        return self._call(pa.fetch_at(self._cluster, topic, partition, offset,
                                          uuid.UUID(topic_id) if topic_id else None))
 
-    async def _fetch_at(self, topic: str, partition: int, offset: int,
-                        topic_id: uuid.UUID | None) -> FetchProbe:
-        backoff = Backoff(self._settings)
-        while True:
-            node: int | None = None
-            try:
-                node = await self._cluster.leader(topic, partition)
-                conn = await self._cluster.connection(node)
-                version = conn.version(ApiKey.FETCH, None if topic_id else 12)
-                target: str | uuid.UUID = topic_id if version >= 13 and topic_id else topic
-                body = m.encode_fetch(version, target, partition, offset, _PROBE_MAX_BYTES)
-                top, parts = m.decode_fetch(version, await conn.request(ApiKey.FETCH, version,
-                                                                         body))
-                code = top if top != 0 else (parts[0].error_code if parts else 0)
-            except BrokerConnectionError:
-                self._cluster.forget_leader(topic, partition)
-                if node is not None:
-                    self._cluster.drop_node(node)
-                code, parts = e.ERROR_CODES["NETWORK_EXCEPTION"], []
-            if code in e.LEADER_RETRIABLE or code == e.ERROR_CODES["NETWORK_EXCEPTION"]:
-                self._cluster.forget_leader(topic, partition)
-                if await backoff.wait():
-                    continue
-            break
-        p = parts[0] if parts else None
-        headers = batch_headers(p.records) if p is not None and p.records else []
-        lso = p.last_stable_offset if p else -1
-        hw = p.high_watermark if p else -1
-        log_start = p.log_start_offset if p else -1
-        if code == e.ERROR_CODES["OFFSET_OUT_OF_RANGE"]:
-            # An out-of-range answer carries no offsets: ask where the log starts and ends.
-            log_start = await self._list_offset(topic, partition, m.EARLIEST)
-            hw = await self._list_offset(topic, partition, m.LATEST)
-        return FetchProbe(
-            topic, partition, offset, None if code == 0 else e.error_name(code), lso, hw,
-            log_start, tuple(p.aborted_transactions or ()) if p else (),
-            headers[0] if headers else None)
-
-    async def _list_offset(self, topic: str, partition: int, timestamp: int) -> int:
-        conn = await self._cluster.connection(await self._cluster.leader(topic, partition))
-        version = conn.version(ApiKey.LIST_OFFSETS)
-        code, offset = m.decode_list_offsets(version, await conn.request(
-            ApiKey.LIST_OFFSETS, version,
-            m.encode_list_offsets(version, topic, partition, timestamp)))
-        return offset if code == 0 else -1
-
-    def last_stable_offsets(self, partitions: Sequence[tuple[str, int]]
-                            ) -> dict[tuple[str, int], int]:
+    def last_stable_offsets(self, partitions: Sequence[tuple[str, int]],
+                            budget_s: float | None = None) -> dict[tuple[str, int], int]:
         """Each partition's last stable offset (ListOffsets LATEST at read_committed), one request
-        per leader. A partition whose leader answers an error is left out."""
-        return self._call(self._last_stable(sorted(set(partitions))))
+        per leader. A partition whose leader answers an error is left out. `budget_s`: retry a
+        partition without a reachable leader for that long at most (else the retry settings)."""
+        return self._call(pa.last_stable(self._cluster, sorted(set(partitions)), budget_s))
+
+    def high_watermarks(self, partitions: Sequence[tuple[str, int]],
+                        budget_s: float | None = None) -> dict[tuple[str, int], int]:
+        """Each partition's high watermark (ListOffsets LATEST at read_uncommitted), one request
+        per leader; as `last_stable_offsets`, a partition whose leader answers an error is left
+        out. The difference of the two is what open transactions hold back from read_committed
+        consumers."""
+        return self._call(pa.high_watermarks(self._cluster, sorted(set(partitions)), budget_s))
 
     def wait_stable(self, past: Mapping[tuple[str, int], int], within_s: float
                     ) -> dict[tuple[str, int], int]:
@@ -475,105 +280,24 @@ class ControlClient:
         backing off to 8) until it is above the offset `past` gives, or `within_s` has gone by:
         what commit markers on their way take. Answers what it last saw; the caller judges (a
         partition whose leader answers an error is left out)."""
-        return self._call(self._wait_stable(dict(past), within_s))
-
-    async def _wait_stable(self, past: dict[tuple[str, int], int], within_s: float
-                           ) -> dict[tuple[str, int], int]:
-        loop = asyncio.get_running_loop()
-        start = loop.time()
-        lso = await self._last_stable(sorted(past))
-        delay = 0.001
-        while True:
-            waiting = sorted(tp for tp, offset in past.items()
-                             if tp not in lso or lso[tp] <= offset)
-            elapsed = loop.time() - start
-            if not waiting or elapsed + delay > within_s:
-                return lso
-            await asyncio.sleep(delay)
-            # Markers usually land within 10 ms: ask often until then (a ListOffsets is cheap).
-            delay = delay if elapsed < 0.01 else min(delay * 2, 0.008)
-            lso.update(await self._last_stable(waiting))
-
-    async def _last_stable(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
-        answers = await self._by_leader(partitions, ApiKey.LIST_OFFSETS,
-                                        m.encode_list_offsets_latest, m.decode_list_offsets_all)
-        return {tp: offset for tp, (code, offset) in answers.items()
-                if code == 0 and offset is not None}
-
-    async def _by_leader(self, partitions: list[tuple[str, int]], api: ApiKey,
-                         encode: Callable[[int, list[tuple[str, int]]], bytes],
-                         decode: Callable[[int, Any], Mapping[tuple[str, int], tuple[int, T]]],
-                         ) -> dict[tuple[str, int], tuple[int, T | None]]:
-        """Ask each partition's leader, one request per leader. A partition whose leader moved or
-        could not be reached is asked again (within the retry settings); each partition gets its
-        last (error code, answer), the answer None when no leader answered for it."""
-        out: dict[tuple[str, int], tuple[int, T | None]] = {}
-        todo = partitions
-        backoff = Backoff(self._settings)
-        network = e.ERROR_CODES["NETWORK_EXCEPTION"]
-        while todo:
-            by_node: dict[int, list[tuple[str, int]]] = {}
-            for tp in todo:
-                by_node.setdefault(await self._cluster.leader(*tp), []).append(tp)
-            retry: list[tuple[str, int]] = []
-            for node, tps in by_node.items():
-                answers: Mapping[tuple[str, int], tuple[int, T]]
-                try:
-                    conn = await self._cluster.connection(node)
-                    version = conn.version(api)
-                    answers = decode(version, await conn.request(api, version, encode(version, tps)))
-                except BrokerConnectionError:
-                    self._cluster.drop_node(node)
-                    answers = {}
-                for tp in tps:
-                    code, answer = answers.get(tp, (network, None))
-                    out[tp] = (code, answer)
-                    if code in e.LEADER_RETRIABLE or code == network:
-                        self._cluster.forget_leader(*tp)
-                        retry.append(tp)
-            todo = retry
-            if todo and not await backoff.wait():
-                break
-        return out
+        return self._call(pa.wait_stable(self._cluster, dict(past), within_s))
 
     def log_check(self, topic: str, partition: int, offset: int, producer_id: int, epoch: int,
-                  topic_id: str | None = None) -> LogCheckResult:
+                  topic_id: str | None = None, budget_s: float | None = None) -> LogCheckResult:
         """What the log says of the transaction of (`producer_id`, `epoch`) whose first record in
-        this partition is at `offset`. NOT_YET_STABLE means: ask again later."""
-        return self._call(self._log_check(topic, partition, offset, producer_id, epoch,
-                                          topic_id))
+        this partition is at `offset`. NOT_YET_STABLE means: ask again later. `budget_s`: retry
+        a leader that cannot be reached for that long at most (else the retry settings)."""
+        return self._call(pa.log_check(self._cluster, topic, partition, offset, producer_id, epoch,
+                                       topic_id, budget_s))
 
-    async def _log_check(self, topic: str, partition: int, offset: int, producer_id: int,
-                         epoch: int, topic_id: str | None) -> LogCheckResult:
-        if topic_id is not None:
-            resp = await self._cluster.refresh_metadata([topic])
-            now = next((t for t in resp.topics if t.name == topic), None)
-            if now is None or now.error_code != 0 or str(now.topic_id) != topic_id:
-                seen = "gone" if now is None or now.error_code != 0 else str(now.topic_id)
-                return LogCheckResult(LogOutcome.UNKNOWN, UnknownReason.TOPIC_CHANGED,
-                                      f"recorded topic id {topic_id}, now {seen}")
-        probe = await self._fetch_at(topic, partition, offset,
-                                     uuid.UUID(topic_id) if topic_id else None)
-        return decide(probe, producer_id, epoch)
-
-    def describe_producers(self, partitions: Sequence[tuple[str, int]]
-                           ) -> dict[tuple[str, int], m.ProducerState]:
+    def describe_producers(self, partitions: Sequence[tuple[str, int]],
+                           budget_s: float | None = None
+                           ) -> dict[tuple[str, int], pm.ProducerState]:
         """The active producers of each partition, with the start offset of their open transaction
         (which names who holds the last stable offset back) and their last sequence number; one
         request per leader. A partition whose leader still answers an error once the retries are
-        spent is returned with that error."""
-        return self._call(self._describe_producers(sorted(set(partitions))))
-
-    async def _describe_producers(self, partitions: list[tuple[str, int]]
-                                  ) -> dict[tuple[str, int], m.ProducerState]:
-        def decode(version: int, r: Any) -> dict[tuple[str, int], tuple[int, m.ProducerState]]:
-            return {(s.topic, s.partition): (s.error_code, s)
-                    for s in m.decode_describe_producers(version, r)}
-
-        answers = await self._by_leader(partitions, ApiKey.DESCRIBE_PRODUCERS,
-                                        m.encode_describe_producers, decode)
-        return {tp: state if state is not None else m.ProducerState(*tp, code, None, ())
-                for tp, (code, state) in answers.items()}
+        spent (or `budget_s`) is returned with that error."""
+        return self._call(pa.describe_producers(self._cluster, sorted(set(partitions)), budget_s))
 
     # --- consumer group offsets (twopc.commitSourceOffsets; group_messages.py) -------------
 
@@ -583,7 +307,7 @@ class ControlClient:
         joins the open transaction of (`producer_id`, `epoch`). Returns the error code (0: added);
         retried while the coordinator moves or the transaction is busy."""
         tid = transactional_id
-        code: int = self._call(self._coordinator_call(
+        code: int = self._call(tx.coordinator_call(self._cluster,
             tid, lambda v: gm.encode_add_offsets_to_txn(v, tid, producer_id, epoch, group_id),
             gm.decode_add_offsets_to_txn, ApiKey.ADD_OFFSETS_TO_TXN))
         return code
@@ -595,7 +319,7 @@ class ControlClient:
         (visible to the group when it commits, gone when it aborts), as a group without members
         (generation -1). Returns each partition's error code (0: written)."""
         tid, group = transactional_id, group_id
-        return self._call(self._group_call(group, lambda v: gm.encode_txn_offset_commit(
+        return self._call(gr.group_call(self._cluster, group, lambda v: gm.encode_txn_offset_commit(
             v, tid, group, producer_id, epoch, offsets), gm.decode_txn_offset_commit,
             ApiKey.TXN_OFFSET_COMMIT))
 
@@ -603,7 +327,7 @@ class ControlClient:
                              offsets: Sequence[gm.TopicOffset]) -> dict[tuple[str, int], int]:
         """A plain OffsetCommit (no transaction) as a group without members; each partition's
         error code (0: committed)."""
-        return self._call(self._group_call(
+        return self._call(gr.group_call(self._cluster,
             group_id, lambda v: gm.encode_offset_commit(v, group_id, offsets),
             gm.decode_offset_commit, ApiKey.OFFSET_COMMIT))
 
@@ -612,49 +336,9 @@ class ControlClient:
         """The group's committed offsets (OffsetFetch v7); with `require_stable`, a partition whose
         offsets wait in an open transaction answers UNSTABLE_OFFSET_COMMIT."""
         parts = None if partitions is None else sorted(set(partitions))
-        return self._call(self._group_call(
+        return self._call(gr.group_call(self._cluster,
             group_id, lambda v: gm.encode_offset_fetch(v, group_id, parts, require_stable),
             gm.decode_offset_fetch, ApiKey.OFFSET_FETCH))
-
-    async def _group_call(self, group_id: str, encode: Callable[[int], bytes],
-                          decode: Callable[[int, Any], T], api: ApiKey) -> T:
-        """One request to the group's coordinator, retried (within the retry settings) while the
-        coordinator moves, loads or is unreachable, or a partition answers a retriable error."""
-        backoff = Backoff(self._settings)
-        last = e.ERROR_CODES["NETWORK_EXCEPTION"]
-        while True:
-            node: int | None = None
-            try:
-                node = await self._cluster.group_coordinator(group_id)
-                conn = await self._cluster.connection(node)
-                version = conn.version(api)
-                result = decode(version, await conn.request(api, version, encode(version)))
-            except BrokerConnectionError:
-                self._cluster.forget_group_coordinator(group_id)
-                if node is not None:
-                    self._cluster.drop_node(node)
-            else:
-                retriable = [c for c in _codes_of(result)
-                             if c in e.COORDINATOR_RETRIABLE or c in e.RETRY_SAME]
-                if not retriable:
-                    return result
-                last = retriable[0]
-                if last in e.COORDINATOR_RETRIABLE:
-                    self._cluster.forget_group_coordinator(group_id)
-            if not await backoff.wait():
-                raise RetriesExhaustedError(last, f"{api.name} of group {group_id!r}")
-
-
-def _codes_of(result: object) -> list[int]:
-    if isinstance(result, gm.GroupOffsetsResponse):
-        return [result.error_code, *(p.error_code for p in result.partitions.values())]
-    if isinstance(result, dict):
-        return list(result.values())
-    return [int(result)]  # type: ignore[call-overload]
-
-
-def _raise(exc: KafkaApiError) -> Any:
-    raise exc
 
 
 __all__ = ["BrokerVersionHint", "ControlClient", "OutcomeKind"]

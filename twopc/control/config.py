@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from checkpoint.redact import redacted_repr
 from twopc.control.errors import ConfigError
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -37,6 +38,13 @@ class ClientSettings:
     # How long retriable errors (coordinator moves, CONCURRENT_TRANSACTIONS) are retried.
     retry_timeout_s: float = 60.0
     connections_per_broker: int = 8
+    # A stranded commit's release is a transaction of its own (ControlClient.release_stranded):
+    # cut short before its EndTxn, it must stay open until a later check commits it, so it asks
+    # for the broker's default maximum (transaction.max.timeout.ms), not the producer's minute.
+    release_timeout_ms: int = 900000
+
+    def __repr__(self) -> str:
+        return redacted_repr(self)  # sasl_password, ssl_key_password: masked
 
     @property
     def uses_ssl(self) -> bool:
@@ -53,8 +61,12 @@ def parse_host_port(entry: str) -> tuple[str, int]:
         if text.upper().startswith(scheme):
             text = text[len(scheme):]
     host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise ConfigError(f"bootstrap.servers entry {entry!r} is not HOST:PORT")
+    if not sep or not host or not port.isascii() or not port.isdigit():
+        raise ConfigError(f"bootstrap.servers entry {entry!r} is not HOST:PORT: give the host "
+                          "and the port of a broker's listener, e.g. kafka-1:9092")
+    if not 1 <= int(port) <= 65535:
+        raise ConfigError(f"bootstrap.servers entry {entry!r}: port {int(port)} is not a TCP port "
+                          "(1 to 65535)")
     return host.strip("[]"), int(port)
 
 
@@ -133,6 +145,7 @@ def settings_from_config(config: Mapping[str, object]) -> ClientSettings:
         retry_backoff_max_s=_ms(cfg, "retry.backoff.max.ms", 1000),
         retry_timeout_s=_ms(cfg, "twopc.control.retry.timeout.ms", 60000),
         connections_per_broker=int(per_broker),
+        release_timeout_ms=int(_ms(cfg, "twopc.control.release.timeout.ms", 900000) * 1000),
     )
 
 

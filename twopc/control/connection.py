@@ -14,6 +14,7 @@ import os
 import ssl
 import struct
 
+from twopc.control import faults
 from twopc.control import messages as m
 from twopc.control.config import ClientSettings, tls_failure_advice
 from twopc.control.errors import (
@@ -103,8 +104,12 @@ class BrokerConnection:
         except ssl.SSLError as exc:
             raise self._tls_error(exc) from exc
         except (OSError, asyncio.TimeoutError) as exc:
+            why = str(exc) or (f"no answer within {s.connect_timeout_s:g} s "
+                               "(socket.connection.setup.timeout.ms)"
+                               if isinstance(exc, asyncio.TimeoutError) else type(exc).__name__)
             raise BrokerConnectionError(
-                f"cannot connect to broker {self.host}:{self.port}: {exc or 'timed out'}") from exc
+                f"cannot connect to broker {self.host}:{self.port}: {why}; check the address "
+                "and port, and that a broker listens there") from exc
         self._reader_task = asyncio.get_running_loop().create_task(self._read_loop())
         try:
             await self._negotiate()
@@ -173,7 +178,15 @@ class BrokerConnection:
         return resp.auth_bytes
 
     async def request(self, api: ApiKey, version: int, body: bytes) -> Reader:
-        """Send one request and wait for its response body (pipelined with any others)."""
+        """Send one request and wait for its response body (pipelined with any others). A test
+        may have armed an injected fault for it (faults.py; never in production)."""
+        fault = faults.pick(api, version, body)
+        if fault is None:
+            return await self._request(api, version, body)
+        return await faults.apply(fault, api, f"{self.host}:{self.port}",
+                                  lambda: self._request(api, version, body), self._fail)
+
+    async def _request(self, api: ApiKey, version: int, body: bytes) -> Reader:
         if self._failure is not None:
             raise BrokerConnectionError(f"connection to {self.host}:{self.port} is broken: "
                                         f"{self._failure}")

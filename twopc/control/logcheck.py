@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from twopc.control.records import BatchHeader
+from twopc.control.record_batches import BatchHeader
 
 
 @dataclass(frozen=True)

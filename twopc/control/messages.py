@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 
-from twopc.control.errors import ProtocolError, UnsupportedBrokerError
+from twopc.control.errors import UnsupportedBrokerError
 from twopc.control.protocol import Reader, Writer
 
 
@@ -69,6 +69,7 @@ CLIENT_VERSIONS: dict[ApiKey, tuple[int, int]] = {
 
 COORDINATOR_KEY_GROUP = 0
 COORDINATOR_KEY_TRANSACTION = 1
+ISOLATION_READ_UNCOMMITTED = 0
 ISOLATION_READ_COMMITTED = 1
 
 
@@ -110,7 +111,7 @@ def response_body(api: ApiKey, version: int, frame: bytes) -> tuple[int, Reader]
     return correlation_id, body
 
 
-def _end(r: Reader) -> None:
+def expect_end(r: Reader) -> None:
     r.tags()
 
 
@@ -135,7 +136,7 @@ def decode_api_versions(version: int, r: Reader) -> ApiVersionsResponse:
 
     def entry(e: Reader) -> None:
         key, low, high = e.int16(), e.int16(), e.int16()
-        _end(e)
+        expect_end(e)
         versions[key] = (low, high)
 
     r.array(entry)
@@ -147,7 +148,7 @@ def decode_api_versions(version: int, r: Reader) -> ApiVersionsResponse:
 
         def feature(e: Reader) -> None:
             name, max_level, _ = e.string(), e.int16(), e.int16()
-            _end(e)
+            expect_end(e)
             features[name] = max_level
 
         fr.array(feature)
@@ -204,7 +205,7 @@ def decode_metadata(version: int, r: Reader) -> MetadataResponse:
 
     def broker(b: Reader) -> BrokerInfo:
         info = BrokerInfo(b.int32(), b.string(), b.int32(), b.nullable_string())
-        _end(b)
+        expect_end(b)
         return info
 
     brokers = r.array(broker)
@@ -216,7 +217,7 @@ def decode_metadata(version: int, r: Reader) -> MetadataResponse:
         p.array(Reader.int32)  # replicas
         p.array(Reader.int32)  # isr
         p.array(Reader.int32)  # offline
-        _end(p)
+        expect_end(p)
         return info
 
     def topic(t: Reader) -> TopicInfo:
@@ -224,18 +225,20 @@ def decode_metadata(version: int, r: Reader) -> MetadataResponse:
         t.bool()  # internal
         parts = tuple(t.array(partition))
         t.int32()  # authorized operations
-        _end(t)
+        expect_end(t)
         return TopicInfo(error, name, topic_id, parts)
 
     topics = r.array(topic)
-    _end(r)
+    expect_end(r)
     return MetadataResponse(tuple(brokers), cluster_id, controller, tuple(topics))
 
 
 # --- FindCoordinator -------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class Coordinator:
+class CoordinatorAddress:
+    """A FindCoordinator answer for one key: the broker that coordinates it (or why none does)."""
+
     key: str
     node_id: int
     host: str
@@ -256,405 +259,40 @@ def encode_find_coordinator(version: int, keys: Sequence[str],
     return w.tags().getvalue()
 
 
-def decode_find_coordinator(version: int, r: Reader, keys: Sequence[str]) -> list[Coordinator]:
+def decode_find_coordinator(version: int, r: Reader, keys: Sequence[str]) -> list[CoordinatorAddress]:
     r.int32()  # throttle
     if version >= 4:
-        def one(c: Reader) -> Coordinator:
-            coord = Coordinator(c.string(), c.int32(), c.string(), c.int32(), c.int16(),
+        def one(c: Reader) -> CoordinatorAddress:
+            coord = CoordinatorAddress(c.string(), c.int32(), c.string(), c.int32(), c.int16(),
                                 c.nullable_string())
-            _end(c)
+            expect_end(c)
             return coord
 
         out = r.array(one)
-        _end(r)
+        expect_end(r)
         return out
     error, message = r.int16(), r.nullable_string()
     node, host, port = r.int32(), r.string(), r.int32()
-    _end(r)
-    return [Coordinator(keys[0], node, host, port, error, message)]
+    expect_end(r)
+    return [CoordinatorAddress(keys[0], node, host, port, error, message)]
 
 
 # --- InitProducerId and EndTxn -------------------------------------------------------------
 
-@dataclass(frozen=True)
-class InitProducerIdResponse:
-    error_code: int
-    producer_id: int
-    producer_epoch: int
-
-
-def encode_init_producer_id(version: int, transactional_id: str, timeout_ms: int) -> bytes:
-    # ProducerId/Epoch -1: a fresh initialization, which fences whoever holds the id now.
-    w = Writer(True).string(transactional_id).int32(timeout_ms)
-    if version >= 3:
-        w.int64(-1).int16(-1)
-    return w.tags().getvalue()
-
-
-def decode_init_producer_id(version: int, r: Reader) -> InitProducerIdResponse:
-    r.int32()
-    out = InitProducerIdResponse(r.int16(), r.int64(), r.int16())
-    _end(r)
-    return out
-
-
-def encode_end_txn(version: int, transactional_id: str, producer_id: int, epoch: int,
-                   commit: bool) -> bytes:
-    if version > 4:
-        raise ValueError("EndTxn v5+ would finish the transaction with transaction-version-2 rules")
-    w = Writer(is_flexible(ApiKey.END_TXN, version))
-    return (w.string(transactional_id).int64(producer_id).int16(epoch).bool(commit).tags()
-            .getvalue())
-
-
-def decode_end_txn(version: int, r: Reader) -> int:
-    r.int32()
-    code = r.int16()
-    _end(r)
-    return code
-
 
 # --- AddPartitionsToTxn (client versions 0-3 only) -------------------------------------------
-
-ADD_PARTITIONS_MAX_VERSION = 3
-
-
-@dataclass(frozen=True)
-class AddPartitionsToTxnResponse:
-    results: tuple[tuple[str, int, int], ...]  # (topic, partition, error code)
-
-    @property
-    def error_code(self) -> int:
-        """The answer's deciding code: the first error that is not OPERATION_NOT_ATTEMPTED (the
-        broker's filler for the partitions it skipped because another one failed), else 0."""
-        codes = [code for _, _, code in self.results if code != 0]
-        real = [c for c in codes if c != _OPERATION_NOT_ATTEMPTED]
-        return (real or codes or [0])[0]
-
-
-_OPERATION_NOT_ATTEMPTED = 55
-
-
-def encode_add_partitions_to_txn(version: int, transactional_id: str, producer_id: int,
-                                 epoch: int, partitions: Sequence[tuple[str, int]]) -> bytes:
-    if not 0 <= version <= ADD_PARTITIONS_MAX_VERSION:
-        raise ValueError("AddPartitionsToTxn v4+ is the brokers' batched verification request, "
-                         "not a client's")
-    by_topic: dict[str, list[int]] = {}
-    for name, partition in partitions:
-        by_topic.setdefault(name, []).append(partition)
-
-    def one(tw: Writer, item: tuple[str, list[int]]) -> None:
-        tw.string(item[0]).array(sorted(set(item[1])), Writer.int32).tags()
-
-    w = Writer(is_flexible(ApiKey.ADD_PARTITIONS_TO_TXN, version))
-    w.string(transactional_id).int64(producer_id).int16(epoch)
-    return w.array(sorted(by_topic.items()), one).tags().getvalue()
-
-
-def decode_add_partitions_to_txn(version: int, r: Reader) -> AddPartitionsToTxnResponse:
-    r.int32()  # throttle
-    out: list[tuple[str, int, int]] = []
-
-    def topic(t: Reader) -> None:
-        name = t.string()
-
-        def part(p: Reader) -> None:
-            index, code = p.int32(), p.int16()
-            _end(p)  # tagged fields exist only in flexible versions; a no-op before
-            out.append((name, index, code))
-
-        t.array(part)
-        _end(t)
-
-    r.array(topic)
-    _end(r)
-    return AddPartitionsToTxnResponse(tuple(out))
 
 
 # --- DescribeTransactions and ListTransactions ---------------------------------------------
 
-@dataclass(frozen=True)
-class TxnStateEntry:
-    error_code: int
-    transactional_id: str
-    state: str
-    timeout_ms: int
-    start_ms: int
-    producer_id: int
-    producer_epoch: int
-    partitions: tuple[tuple[str, int], ...]
-
-
-def encode_describe_transactions(version: int, ids: Sequence[str]) -> bytes:
-    return Writer(True).array(list(ids), Writer.string).tags().getvalue()
-
-
-def decode_describe_transactions(version: int, r: Reader) -> list[TxnStateEntry]:
-    r.int32()
-
-    def topic(t: Reader) -> list[tuple[str, int]]:
-        name = t.string()
-        parts = t.array(Reader.int32)
-        _end(t)
-        return [(name, p) for p in parts]
-
-    def entry(e: Reader) -> TxnStateEntry:
-        error, tid, state = e.int16(), e.string(), e.string()
-        timeout, start, pid, epoch = e.int32(), e.int64(), e.int64(), e.int16()
-        parts = tuple(sorted(tp for t in e.array(topic) for tp in t))
-        _end(e)
-        return TxnStateEntry(error, tid, state, timeout, start, pid, epoch, parts)
-
-    out = r.array(entry)
-    _end(r)
-    return out
-
-
-@dataclass(frozen=True)
-class ListTransactionsResponse:
-    error_code: int
-    unknown_state_filters: tuple[str, ...]
-    transactions: tuple[tuple[str, int, str], ...]  # (transactional id, producer id, state)
-
-
-def encode_list_transactions(version: int, states: Sequence[str],
-                             id_pattern: str | None = None) -> bytes:
-    w = Writer(True).array(list(states), Writer.string).array([], Writer.int64)
-    if version >= 1:
-        w.int64(-1)
-    if version >= 2:
-        w.string(id_pattern)
-    return w.tags().getvalue()
-
-
-def decode_list_transactions(version: int, r: Reader) -> ListTransactionsResponse:
-    r.int32()
-    error = r.int16()
-    unknown = tuple(r.array(Reader.string))
-
-    def entry(e: Reader) -> tuple[str, int, str]:
-        out = (e.string(), e.int64(), e.string())
-        _end(e)
-        return out
-
-    txns = tuple(r.array(entry))
-    _end(r)
-    return ListTransactionsResponse(error, unknown, txns)
-
 
 # --- Fetch -----------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class FetchPartition:
-    partition: int
-    error_code: int
-    high_watermark: int
-    last_stable_offset: int
-    log_start_offset: int
-    aborted_transactions: tuple[tuple[int, int], ...] | None  # (producer id, first offset)
-    records: bytes | None
-
-
-def encode_fetch(version: int, topic: str | uuid.UUID, partition: int, offset: int,
-                 max_bytes: int, leader_epoch: int = -1) -> bytes:
-    """A one-partition, session-less, read_committed fetch that does not wait for data."""
-    w = Writer(True)
-    w.int32(-1).int32(0).int32(1).int32(max_bytes).int8(ISOLATION_READ_COMMITTED)
-    w.int32(0).int32(-1)  # no fetch session
-
-    def part(pw: Writer, _: int) -> None:
-        pw.int32(partition).int32(leader_epoch).int64(offset).int32(-1).int64(-1).int32(max_bytes)
-        pw.tags()
-
-    def one_topic(tw: Writer, t: str | uuid.UUID) -> None:
-        if version >= 13:
-            if not isinstance(t, uuid.UUID):
-                raise ValueError("Fetch v13+ addresses topics by id")
-            tw.uuid(t)
-        else:
-            if not isinstance(t, str):
-                raise ValueError("Fetch v12 addresses topics by name")
-            tw.string(t)
-        tw.array([0], part).tags()
-
-    w.array([topic], one_topic)
-    w.array([], Writer.int32)  # forgotten topics
-    w.string("")  # rack id
-    return w.tags().getvalue()
-
-
-def decode_fetch(version: int, r: Reader) -> tuple[int, list[FetchPartition]]:
-    r.int32()
-    top_error = r.int16()
-    r.int32()  # session id
-
-    def aborted(a: Reader) -> tuple[int, int]:
-        out = (a.int64(), a.int64())
-        _end(a)
-        return out
-
-    def part(p: Reader) -> FetchPartition:
-        index, error, hw, lso, lso_start = p.int32(), p.int16(), p.int64(), p.int64(), p.int64()
-        aborted_txns = p.nullable_array(aborted)
-        p.int32()  # preferred read replica
-        records = p.nullable_bytes()
-        _end(p)
-        return FetchPartition(index, error, hw, lso, lso_start,
-                              None if aborted_txns is None else tuple(aborted_txns), records)
-
-    parts: list[FetchPartition] = []
-
-    def topic(t: Reader) -> None:
-        if version >= 13:
-            t.uuid()
-        else:
-            t.string()
-        parts.extend(t.array(part))
-        _end(t)
-
-    r.array(topic)
-    _end(r)
-    return top_error, parts
 
 
 # --- ListOffsets ---------------------------------------------------------------------------
 
-EARLIEST = -2
-LATEST = -1
-
-
-def encode_list_offsets(version: int, topic: str, partition: int, timestamp: int) -> bytes:
-    """Where one partition starts (EARLIEST) or ends (LATEST, the high watermark)."""
-    def part(pw: Writer, _: int) -> None:
-        pw.int32(partition).int32(-1).int64(timestamp).tags()
-
-    def one(tw: Writer, name: str) -> None:
-        tw.string(name).array([0], part).tags()
-
-    w = Writer(True).int32(-1).int8(0).array([topic], one)
-    return w.tags().getvalue()
-
-
-def decode_list_offsets(version: int, r: Reader) -> tuple[int, int]:
-    """(error code, offset) of the single partition asked for."""
-    r.int32()
-    found: list[tuple[int, int]] = []
-
-    def part(p: Reader) -> None:
-        p.int32()
-        error, _, offset = p.int16(), p.int64(), p.int64()
-        p.int32()  # leader epoch
-        _end(p)
-        found.append((error, offset))
-
-    def topic(t: Reader) -> None:
-        t.string()
-        t.array(part)
-        _end(t)
-
-    r.array(topic)
-    _end(r)
-    if len(found) != 1:
-        raise ProtocolError(f"ListOffsets answered for {len(found)} partitions, asked for 1")
-    return found[0]
-
-
-def encode_list_offsets_latest(version: int, partitions: Sequence[tuple[str, int]],
-                               isolation: int = ISOLATION_READ_COMMITTED) -> bytes:
-    """LATEST of many partitions at once; at read_committed that is each one's last stable offset."""
-    by_topic: dict[str, list[int]] = {}
-    for topic, partition in partitions:
-        by_topic.setdefault(topic, []).append(partition)
-
-    def part(pw: Writer, partition: int) -> None:
-        pw.int32(partition).int32(-1).int64(LATEST).tags()
-
-    def one(tw: Writer, item: tuple[str, list[int]]) -> None:
-        tw.string(item[0]).array(sorted(set(item[1])), part).tags()
-
-    w = Writer(True).int32(-1).int8(isolation).array(sorted(by_topic.items()), one)
-    return w.tags().getvalue()
-
-
-def decode_list_offsets_all(version: int, r: Reader) -> dict[tuple[str, int], tuple[int, int]]:
-    """(topic, partition) -> (error code, offset) for every partition answered."""
-    r.int32()
-    out: dict[tuple[str, int], tuple[int, int]] = {}
-
-    def topic(t: Reader) -> None:
-        name = t.string()
-
-        def part(p: Reader) -> None:
-            index, error, _, offset = p.int32(), p.int16(), p.int64(), p.int64()
-            p.int32()  # leader epoch
-            _end(p)
-            out[(name, index)] = (error, offset)
-
-        t.array(part)
-        _end(t)
-
-    r.array(topic)
-    _end(r)
-    return out
-
 
 # --- DescribeProducers -------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class ActiveProducer:
-    producer_id: int
-    producer_epoch: int
-    last_sequence: int
-    last_timestamp: int
-    coordinator_epoch: int
-    current_txn_start_offset: int
-
-
-@dataclass(frozen=True)
-class ProducerState:
-    topic: str
-    partition: int
-    error_code: int
-    error_message: str | None
-    producers: tuple[ActiveProducer, ...]
-
-
-def encode_describe_producers(version: int, partitions: Sequence[tuple[str, int]]) -> bytes:
-    by_topic: dict[str, list[int]] = {}
-    for topic, index in partitions:
-        by_topic.setdefault(topic, []).append(index)
-
-    def one(tw: Writer, name: str) -> None:
-        tw.string(name).array(by_topic[name], Writer.int32).tags()
-
-    return Writer(True).array(list(by_topic), one).tags().getvalue()
-
-
-def decode_describe_producers(version: int, r: Reader) -> list[ProducerState]:
-    r.int32()
-    out: list[ProducerState] = []
-
-    def producer(a: Reader) -> ActiveProducer:
-        p = ActiveProducer(a.int64(), a.int32(), a.int32(), a.int64(), a.int32(), a.int64())
-        _end(a)
-        return p
-
-    def topic(t: Reader) -> None:
-        name = t.string()
-
-        def part(p: Reader) -> None:
-            index, error, message = p.int32(), p.int16(), p.nullable_string()
-            producers = tuple(p.array(producer))
-            _end(p)
-            out.append(ProducerState(name, index, error, message, producers))
-
-        t.array(part)
-        _end(t)
-
-    r.array(topic)
-    _end(r)
-    return out
 
 
 # --- SASL --------------------------------------------------------------------------------------
@@ -683,5 +321,5 @@ def decode_sasl_authenticate(version: int, r: Reader) -> SaslAuthenticateRespons
     error, message, data = r.int16(), r.nullable_string(), r.nullable_bytes() or b""
     if version >= 1:
         r.int64()  # session lifetime
-    _end(r)
+    expect_end(r)
     return SaslAuthenticateResponse(error, message, data)

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
-from twopc.decisions import BatchState
-from twopc.records import Aborted, Committed, LogRecord, Orphans, Partial, Resolved, RollForward
+from twopc.protocol.log_records import Aborted, Committed, LogRecord, Orphans, Partial, Resolved, RollForward
+from twopc.protocol.state import BatchState
 
 
 @dataclass(frozen=True)

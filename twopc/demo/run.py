@@ -1,6 +1,6 @@
 """The demo's script: broker, source, a streaming driver killed mid-commit, its restart, the audit.
 
-Each driver run is `python -m twopc.demo.job` leading its own session (twopc.testing.drivers). The kill
+Each driver run is `python -m twopc.demo.job` leading its own session (twopc_testing.drivers). The kill
 is the crash-point mechanism (twopc.crashpoints): the driver's processes SIGKILL their whole session
 at the named step, once the parent has created the "arm" file after the batch before the chosen one.
 """
@@ -19,13 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from twopc.audit import AuditReport, audit_topic, partition_offsets
-from twopc.crashpoints import ARM_FILE_VAR, ENV_VAR, SCOPE_VAR
-from twopc.decisions import BatchState, BatchStatus
+from twopc.broker.under_test import KafkaUnderTest
+from twopc.crashpoints import ARM_FILE_VAR, ENV_VAR, SCOPE_VAR, test_hooks_env
+from twopc.demo.drivers import DriverProcess, write_json_files
 from twopc.demo.job import KAFKA_AFTER_WRITE, PREFIX
 from twopc.demo.narrate import RecoverySummary, committed_figures, intent_figures, summarize_recovery
-from twopc.testing.brokers import KafkaUnderTest
-from twopc.testing.drivers import DriverProcess, write_json_files
+from twopc.ops.audit import AuditReport, audit_topic, partition_offsets
+from twopc.protocol.state import BatchState, BatchStatus
 
 SINKS = ("kafka2pc", "kafka")
 KILL_POINTS = ("coordinator.before_intent", "coordinator.after_intent", "coordinator.after_endtxn_1",
@@ -134,14 +134,14 @@ class _Log:
 
     def state(self) -> tuple[dict[str, BatchState], int]:
         from checkpoint import open_log
-        from twopc.session import Session
+        from twopc.log.session import Session
 
         session = Session(open_log(self.url))
         return dict(session.state.batches), session.state.last_seq
 
     def since(self, seq: int) -> list[tuple[int, Any]]:
         from checkpoint import open_log
-        from twopc.records import from_body
+        from twopc.protocol.log_records import from_body
 
         return [(r.seq, from_body(r.body)) for r in open_log(self.url).since(seq)]
 
@@ -188,7 +188,8 @@ class Demo:
         }
         point = cfg.kill_at if cfg.sink == "kafka2pc" else KAFKA_AFTER_WRITE
         arm = self.workdir / "kill-armed"
-        crash_env = {ENV_VAR: point, SCOPE_VAR: "session", ARM_FILE_VAR: str(arm)}
+        # The demo kills its own driver on purpose: it arms the test hooks in that child alone.
+        crash_env = test_hooks_env(**{ENV_VAR: point, SCOPE_VAR: "session", ARM_FILE_VAR: str(arm)})
         self.say("starting the streaming Spark driver (local[2]) ...")
         rc = self._drive(job, "driver-1", crash_env, arm)
         if rc != -9:

@@ -11,7 +11,7 @@ import pickle
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from twopc.handle import WriteResult
+from twopc.protocol.handle import WriteResult
 from twopc.spark.options import SinkConfig
 from twopc.spark.task import task_write
 
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame
 
-    from twopc.spark.driver import Owner
+    from twopc.protocol.owner import Owner
 
 _RESULT_SCHEMA = "result binary"
 

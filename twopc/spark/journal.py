@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
+import math
 import time
 from collections.abc import Mapping
 from typing import Any
 
-from twopc import observe
+from twopc.driver import observe
+from twopc.spark.errors import JournalError
 
 _log = logging.getLogger(__name__)
 
@@ -64,46 +64,34 @@ def recovery_entry(owner_id: str, summary: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class Journal:
-    """The ``observe/`` directory of one twopc log (any fsspec URL, as the log itself)."""
+    """The ``observe/`` directory of one twopc log (any fsspec URL, as the log itself), through the
+    checkpoint's own store: a whole-file overwrite (temporary file and rename locally, one PUT on
+    object stores), without fsync (these are hints)."""
 
     def __init__(self, checkpoint_url: str, storage_options: Mapping[str, Any] | None = None) -> None:
-        from fsspec.core import url_to_fs
+        from checkpoint.store import open_store
 
         self.url = checkpoint_url.rstrip("/") + "/" + DIRECTORY
-        self._fs, self._root = url_to_fs(self.url, **dict(storage_options or {}))
-        self._local = "file" in _protocols(self._fs)
-
-    def _path(self, name: str) -> str:
-        return f"{self._root.rstrip('/')}/{name}"
+        # Overwrites only, never a create-if-absent: any backend serves.
+        self._store = open_store(self.url, dict(storage_options or {}), allow_unconditional=True)
 
     def _put(self, name: str, doc: Mapping[str, Any]) -> None:
-        data = json.dumps(doc, sort_keys=True).encode()
-        path = self._path(name)
-        if self._local:
-            # A reader must never see half a file: write beside it, then rename over it.
-            os.makedirs(self._root, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self._root, prefix=".tmp-")
-            try:
-                with os.fdopen(fd, "wb") as out:
-                    out.write(data)
-                os.replace(tmp, path)
-            except BaseException:
-                with _quiet():
-                    os.unlink(tmp)
-                raise
-        else:
-            self._fs.pipe_file(path, data)  # one PUT: whole or nothing on object stores
+        self._store.put(name, json.dumps(doc, sort_keys=True).encode(), durable=False)
 
     def _get(self, name: str) -> dict[str, Any] | None:
-        try:
-            data = self._fs.cat_file(self._path(name))
-        except FileNotFoundError:
+        """The document, None if there is none; JournalError for one twopc did not write."""
+        data = self._store.get(name)
+        if data is None:
             return None
+        where = f"{self.url}/{name}"
         try:
             doc = json.loads(data)
-        except ValueError:
-            return None
-        return doc if isinstance(doc, dict) and doc.get("format") == FORMAT else None
+        except ValueError as exc:
+            raise JournalError(where, f"not JSON: {exc}") from exc
+        problem = _shape_problem(doc, name != RECOVERY)
+        if problem is not None or not isinstance(doc, dict):
+            raise JournalError(where, problem or "not an object")
+        return doc
 
     # --- writers (driver-side workers) ---------------------------------------------------
 
@@ -113,7 +101,7 @@ class Journal:
             old = str(int(batch) - KEEP_BATCHES)
             for name in (batch_name(old, e) for e in EVENTS):
                 with _quiet():
-                    self._fs.rm_file(self._path(name))
+                    self._store.delete(name)
 
     def write_recovery(self, entry: Mapping[str, Any]) -> None:
         self._put(RECOVERY, entry)
@@ -127,20 +115,47 @@ class Journal:
         return self._get(RECOVERY)
 
 
-def _protocols(fs: Any) -> tuple[str, ...]:
-    proto = fs.protocol
-    return (proto,) if isinstance(proto, str) else tuple(proto)
+def _number(value: Any) -> bool:
+    return type(value) in (int, float) and math.isfinite(value)
+
+
+def _shape_problem(doc: Any, batch: bool) -> str | None:
+    """What is wrong with a journal document (None: it is as batch_entry/recovery_entry write)."""
+    if not isinstance(doc, dict):
+        return f"a {type(doc).__name__}, not an object"
+    if doc.get("format") != FORMAT or type(doc.get("format")) is not int:
+        return f"format {doc.get('format')!r:.20}, this code reads {FORMAT}"
+    if type(doc.get("at_ms")) is not int or not isinstance(doc.get("owner_id"), str):
+        return "no at_ms (int) or owner_id (string)"
+    recovery = doc.get("recovery")
+    if recovery is not None and not isinstance(recovery, dict):
+        return "recovery is not an object"
+    if not batch:
+        return None if isinstance(recovery, dict) else "no recovery object"
+    figures, metrics = doc.get("figures"), doc.get("metrics", {})
+    if not isinstance(figures, dict) or not isinstance(metrics, dict):
+        return "figures or metrics is not an object"
+    if not _number(figures.get("commit_latency_ms")):
+        return "figures.commit_latency_ms is not a number"
+    ratio = figures.get("oldest_txn_age_ratio")
+    if ratio is not None and not _number(ratio):
+        return "figures.oldest_txn_age_ratio is not a number"
+    if not all(_number(v) for v in metrics.values()):
+        return "a metric is not a number"
+    return None
 
 
 class _quiet:
-    """Suppress and log an OSError: the journal is a hint, never a reason to fail a batch."""
+    """Suppress and log a storage error: the journal is a hint, never a reason to fail a batch."""
 
     def __enter__(self) -> None:
         return None
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: object) -> bool:
-        if exc is not None and isinstance(exc, OSError):
+        from checkpoint import CheckpointError
+
+        if exc is not None and isinstance(exc, OSError | CheckpointError):
             _log.debug("twopc journal: %s", exc)
             return True
         return False

@@ -1,4 +1,5 @@
-"""What a reused Python worker keeps from one call to the next: opened logs and control clients.
+"""What a reused Python worker keeps from one call to the next: opened logs and control clients,
+and the driver's and executors' tools opened over them.
 
 PySpark reuses its Python workers (spark.python.worker.reuse, the default), on the driver across
 micro-batches and on executors from task to task. Opening a log probes the backend's conditional
@@ -15,13 +16,18 @@ import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, cast
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from checkpoint import Log
     from twopc.control import ControlClient
-    from twopc.coordinator import Coordinator
-    from twopc.spark.driver import Owner
+    from twopc.driver.call import DriverSettings
+    from twopc.driver.coordinator import Coordinator
+    from twopc.driver.lease import JobLeases
+    from twopc.driver.recovery import Recovery
+    from twopc.log.gate import Gate
+    from twopc.protocol.owner import Owner
     from twopc.spark.options import SinkConfig
 
 _shared_lock = threading.Lock()
@@ -73,30 +79,53 @@ def release_client(config: SinkConfig, client: ControlClient, *, healthy: bool) 
     client.close()
 
 
-def open_coordinator(config: SinkConfig, owner: Owner, *, control: bool = True) -> Coordinator:
-    from twopc.coordinator import Coordinator
+@dataclass(frozen=True)
+class DriverSide:
+    """What one driver-side call of a Spark entry point uses, over one log and one control
+    client: the commit and abort, the recovery, the log's read-only gate, and the lease of a
+    batch job family's log."""
 
-    log = _log_for(config)
-    # Executors only ask is_committed() and task_slot(), which read the log: no control connection.
-    client = client_for(config) if control else cast("ControlClient", None)
+    coordinator: Coordinator
+    recovery: Recovery
+    gate: Gate
+    leases: JobLeases
+
+
+def open_gate(config: SinkConfig, owner: Owner) -> Gate:
+    """An executor's view of the log: is the batch committed, which slot may a task take. It reads
+    the log only: no control connection."""
+    from twopc.log.gate import Gate
+
+    return Gate(_log_for(config), owner)
+
+
+def _settings(config: SinkConfig, owner: Owner) -> DriverSettings:
+    from twopc.driver.call import DriverSettings
+
     if config.margin_ms is None:
-        return Coordinator(log, client, owner_kind=owner.kind, owner_id=owner.owner_id,
-                           prefix=config.prefix)
-    return Coordinator(log, client, owner_kind=owner.kind, owner_id=owner.owner_id,
-                       prefix=config.prefix, margin_ms=config.margin_ms)
+        return DriverSettings(owner)
+    return DriverSettings(owner, margin_ms=config.margin_ms)
 
 
 @contextmanager
-def driver_coordinator(config: SinkConfig, owner: Owner) -> Iterator[Coordinator]:
-    """A coordinator for one driver call; its control client is kept for the next call of this
+def driver_side(config: SinkConfig, owner: Owner) -> Iterator[DriverSide]:
+    """The driver's tools for one call; its control client is kept for the next call of this
     process unless the call failed (then it is closed: its connections may be what failed)."""
-    coordinator = open_coordinator(config, owner)
+    from twopc.driver.coordinator import Coordinator
+    from twopc.driver.lease import JobLeases
+    from twopc.driver.recovery import Recovery
+    from twopc.log.gate import Gate
+
+    log = _log_for(config)
+    client = client_for(config)
+    settings = _settings(config, owner)
     healthy = False
     try:
-        yield coordinator
+        yield DriverSide(Coordinator(log, client, settings), Recovery(log, client, settings),
+                         Gate(log, owner), JobLeases(log, settings))
         healthy = True
     finally:
-        release_client(config, coordinator.control, healthy=healthy)
+        release_client(config, client, healthy=healthy)
         if not healthy:  # open it again next time (a storage problem probes again)
             with _shared_lock:
                 _logs.pop(_log_key(config), None)

@@ -1,8 +1,9 @@
 """The input schema of Spark's Kafka sink, checked on the driver, and Arrow batches turned into rows.
 
-Columns: `value` (string or binary, required), `key` (string or binary), `topic` (string),
-`partition` (int), `headers` (array of struct<key: string, value: binary or string>). Other columns
-are ignored, as Spark's own Kafka sink does.
+Columns: `value` (string or binary, required), `key` (string or binary), `topic` (string; the
+`topic` option overrides it, as in Spark's sink), `partition` (int), `headers` (array of
+struct<key: string, value: binary or string>). Other columns are ignored, as Spark's own Kafka sink
+does.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql.types import StructType
 
-    from twopc.rows import Columns, Row
+    from twopc.executor.rows import Columns, Row
 
 COLUMNS = ("value", "key", "topic", "partition", "headers")
 
@@ -136,14 +137,15 @@ def rows_from_batches(
 
     A batch with only value and key (the common case, with the topic option) becomes one
     `Columns` block: no Python object per row but the key and value bytes themselves."""
-    from twopc.rows import Columns
+    from twopc.executor.rows import Columns
 
     index = 0
     for batch in batches:
         value_array = _find(batch, "value")
         if value_array is None:
             raise BadRowError("the input has no 'value' column")
-        if (default_topic is not None and _find(batch, "topic") is None
+        # The topic option overrides the topic column, as in Spark's Kafka sink.
+        if (default_topic is not None
                 and _find(batch, "partition") is None and _find(batch, "headers") is None):
             if value_array.null_count:
                 first_null = value_array.is_null().to_pylist().index(True)
@@ -164,12 +166,13 @@ def _rows_of(
     batch: pa.RecordBatch, start: int, task_partition: int, default_topic: str | None
 ) -> Iterator[Row]:
     """One `Row` per row: the general path (topic, partition or headers columns)."""
-    from twopc.rows import Row
+    from twopc.executor.rows import Row
 
     values = _column(batch, "value")
     assert values is not None
     keys = _column(batch, "key")
-    topics = _column(batch, "topic")
+    # The topic option overrides the topic column, as in Spark's Kafka sink.
+    topics = _column(batch, "topic") if default_topic is None else None
     partitions = _column(batch, "partition")
     headers = _column(batch, "headers")
     for i, raw in enumerate(values):
@@ -179,7 +182,7 @@ def _rows_of(
             raise _null_value(task_partition, start + i)
         topic = topics[i] if topics is not None and topics[i] is not None else default_topic
         if topic is None:
-            raise BadRowError(f"{where} has a null topic and no 'topic' option gives a default")
+            raise BadRowError(f"{where} has a null topic and no 'topic' option names one")
         row_headers: tuple[tuple[str, bytes | None], ...] = ()
         if headers is not None and headers[i]:
             row_headers = tuple((str(h["key"]), _as_bytes(h["value"])) for h in headers[i])

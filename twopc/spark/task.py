@@ -11,15 +11,15 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from twopc.crashpoints import crash_point
-from twopc.handle import ResultKind, WriteResult
-from twopc.pool import transactional_id
-from twopc.spark.reuse import client_for, open_coordinator, release_client
+from twopc.protocol.handle import ResultKind, WriteResult
+from twopc.protocol.pool import transactional_id
+from twopc.spark.reuse import client_for, open_gate, release_client
 from twopc.spark.schema import rows_from_batches
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from twopc.spark.driver import Owner
+    from twopc.protocol.owner import Owner
     from twopc.spark.options import SinkConfig
 
 
@@ -34,14 +34,13 @@ def task_write(
     known_committed: bool = False,
 ) -> WriteResult:
     """Executor side, one Spark partition: docs/design.md section 2, executor steps 1-6."""
-    from twopc.writer import write_partition
+    from twopc.executor.writer import write_partition
 
     if known_committed:
         return WriteResult(ResultKind.SKIPPED, batch, task_partition, attempt)
-    coordinator = open_coordinator(config, owner, control=False)
     # An id a pending intent names or a stranded commit holds is not free (docs/design.md section 5):
     # its InitProducerId would end that transaction.
-    slot = coordinator.task_slot(batch, task_partition, attempt, config.slots)
+    slot = open_gate(config, owner).task_slot(batch, task_partition, attempt, config.slots)
     if slot is None:
         return WriteResult(ResultKind.SKIPPED, batch, task_partition, attempt)
     rows = rows_from_batches(batches, task_partition, config.topic)

@@ -1,0 +1,257 @@
+"""Stranded commits (twopc/driver/stranded.py): the pure decision, exhaustively; and recover() releasing a
+batch the Coordinator committed whose markers a broker SIGKILL dropped, against the real broker."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from checkpoint import open_log
+from tests.broker.test_restart_mid_commit import _stranded_commit
+from tests.driver.support import DriverUnderTest
+from twopc.broker.under_test import KafkaUnderTest
+from twopc.control import ControlClient, TransactionDescription, TxnState
+from twopc.driver.stranded import _latest_first_offsets
+from twopc.log.session import Session
+from twopc.ops.audit import audit_topic, wait_until_stable
+from twopc.protocol.handle import Handle, PartitionSpan
+from twopc.protocol.holds import (
+    HoldProof,
+    committed_handles,
+    hold_changes,
+    proof_of,
+    stuck_spans,
+    to_check,
+    to_prove,
+    unreadable_spans,
+)
+from twopc.protocol.log_records import Committed, LogRecord, Prepared, Released, Stranded, from_body, to_body
+from twopc.protocol.state import BatchState, BatchStatus, fold
+from twopc.protocol.verdicts import Fate, StrandedFate, Verdict, judge
+
+PID, EPOCH = 4000, 7
+
+
+def _handle(spans: tuple[PartitionSpan, ...] = (PartitionSpan("t", 0, 10, 14, 5),),
+            tid: str = "q-0-0") -> Handle:
+    return Handle(tid, PID, EPOCH, spans, 5, "c", 0, 60000, 0, 0, 0)
+
+
+def _desc(state: TxnState, pid: int = PID, epoch: int = EPOCH) -> TransactionDescription:
+    return TransactionDescription("q-0-0", state, pid, epoch, 60000, 0, ())
+
+
+def test_nothing_stuck_is_settled_whatever_the_coordinator_says() -> None:
+    for state in TxnState:
+        assert judge(_handle(), _desc(state), []).fate is StrandedFate.SETTLED
+    assert judge(_handle(), None, []).fate is StrandedFate.SETTLED
+
+
+@given(st.sampled_from(list(TxnState)), st.sampled_from([PID, PID + 1]),
+       st.integers(EPOCH - 1, EPOCH + 2), st.booleans())
+def test_judge_table(state: TxnState, pid: int, epoch: int, known: bool) -> None:
+    h = _handle()
+    desc = _desc(state, pid, epoch) if known else None
+    v = judge(h, desc, list(h.spans))
+    newer = epoch > EPOCH
+    if desc is None or state is TxnState.UNKNOWN_ID or pid != PID or epoch < EPOCH:
+        expected = StrandedFate.CANNOT  # another producer id's markers cannot end it
+    elif state is TxnState.ONGOING:
+        expected = StrandedFate.LIVE_WRITER if newer else StrandedFate.CANNOT
+    elif state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT,
+                   TxnState.PREPARE_EPOCH_FENCE):
+        expected = StrandedFate.WAIT
+    elif state is TxnState.COMPLETE_COMMIT or (
+            newer and state in (TxnState.EMPTY, TxnState.COMPLETE_ABORT)):
+        expected = StrandedFate.RELEASE
+    else:
+        expected = StrandedFate.CANNOT
+    assert v.fate is expected, v
+    assert v.reason  # every verdict but "settled" says why
+
+
+def test_a_live_writer_is_never_released() -> None:
+    h = _handle()
+    for epoch in (EPOCH + 1, EPOCH + 5):
+        v = judge(h, _desc(TxnState.ONGOING, epoch=epoch), list(h.spans))
+        assert v.fate is StrandedFate.LIVE_WRITER
+
+
+@given(lso=st.integers(0, 30), holder=st.sampled_from([None, (PID, 10), (PID, 9), (PID + 1, 10)]))
+def test_stuck_spans_needs_our_own_open_transaction_at_the_first_offset(
+        lso: int, holder: tuple[int, int] | None) -> None:
+    span = PartitionSpan("t", 0, 10, 14, 5)
+    h = _handle((span, PartitionSpan("u", 1, 3, 3, 1)))
+    open_at = {("t", 0): [] if holder is None else [holder]}
+    got = stuck_spans(h, {("t", 0): lso, ("u", 1): 4}, open_at)
+    assert got == ([span] if lso <= 10 and holder == (PID, 10) else [])
+
+
+@given(lso=st.one_of(st.none(), st.integers(0, 30)),
+       error=st.sampled_from([None, "TOPIC_AUTHORIZATION_FAILED", "no answer",
+                              "UNKNOWN_TOPIC_OR_PARTITION"]),
+       state=st.sampled_from(list(TxnState)))
+def test_a_partition_that_cannot_be_read_is_never_settled(
+        lso: int | None, error: str | None, state: TxnState) -> None:
+    span = PartitionSpan("t", 0, 10, None, 5)
+    h = _handle((span,))
+    lsos = {} if lso is None else {("t", 0): lso}
+    errors = {} if error is None else {("t", 0): error}
+    why = unreadable_spans(h, lsos, errors)
+    maybe_held = lso is None or lso <= 10
+    # Unreadable: where the partition may be held back and its producers could not be read
+    # (a partition that no longer exists holds nothing back).
+    assert bool(why) == (maybe_held and error not in (None, "UNKNOWN_TOPIC_OR_PARTITION"))
+    v = judge(h, _desc(state), [], why)
+    assert v.fate is (StrandedFate.WAIT if why else StrandedFate.SETTLED)
+    if why:
+        assert error is not None and error in v.reason
+    # Without the last stable offset, the producer states alone decide.
+    assert stuck_spans(h, lsos, {("t", 0): [(PID, 10)]}) == ([span] if maybe_held else [])
+
+
+def test_holds_are_cleared_only_once_every_visible_handle_on_them_was_checked() -> None:
+    a0 = _handle(tid="q-0-0")
+    a1 = Handle("q-0-0", PID, EPOCH + 3, a0.spans, 5, "c", 0, 60000, 0, 0, 0)  # a later one
+    b = Handle("q-1-0", PID + 1, EPOCH, a0.spans, 5, "c", 0, 60000, 1, 0, 0)
+    records: list[tuple[int, LogRecord]] = [
+        (0, Prepared("1", (a0,))), (1, Committed("1", 0, ())),
+        (2, Prepared("2", (a1, b))), (3, Committed("2", 2, ())),
+        (4, Released(("1",), ("q-0-0",), ()))]
+    state = fold(records)
+    # Still stuck: held (no new record, it is held already); another id newly stuck: held.
+    assert hold_changes(state, [a0, a1], {"q-0-0": ("1", "failed")}, {}) is None
+    assert hold_changes(state, [b], {"q-1-0": ("2", "wait")}, {}) == Stranded(
+        (("2", "q-1-0", "wait"),), ())
+    # Settled, but only one of the two visible handles on q-0-0 was looked at: still held.
+    proven = {"q-0-0": HoldProof.COMMITTED}
+    assert to_prove(state, [a0], {}) == ()
+    assert hold_changes(state, [a0], {}, proven) is None
+    assert to_prove(state, [a0, a1], {}) == ("q-0-0",)
+    assert hold_changes(state, [a0, a1], {}, proven) == Stranded((), ("q-0-0",))
+    # Settled, but the log does not prove its records committed: never cleared silently.
+    for proof in (HoldProof.UNPROVEN, HoldProof.ABORTED):
+        assert hold_changes(state, [a0, a1], {}, {"q-0-0": proof}) is None
+    assert hold_changes(state, [a0, a1], {}, {}) is None
+    # A check of batch 2 alone looks at batch 1 too while it holds q-0-0.
+    batches = list(state.batches.values())
+    assert [x.batch for x in to_check(batches, {"2"}, state.stranded)] == ["1", "2"]
+    assert [x.batch for x in to_check(batches, {"2"}, ())] == ["2"]
+
+
+RELEASED = frozenset({("t", 0), ("t", 1)})
+
+
+@given(st.sampled_from(list(TxnState)), st.sampled_from([PID, PID + 1]),
+       st.integers(EPOCH - 1, EPOCH + 2),
+       st.sets(st.sampled_from([("t", 0), ("t", 1), ("u", 0)])), st.booleans(), st.booleans())
+def test_our_release_cut_short_is_finished_never_taken_for_a_live_writer(
+        state: TxnState, pid: int, epoch: int, parts: set[tuple[str, int]], recorded: bool,
+        stuck: bool) -> None:
+    """A release cut short before its EndTxn leaves the id Ongoing at a newer epoch of the same
+    producer id on the released partitions: judge says FINISH (commit it at that epoch), whatever
+    the spans look like; anything else is judged as before (issue 30, item 1)."""
+    h = _handle()
+    desc = TransactionDescription("q-0-0", state, pid, epoch, 60000, 0, tuple(sorted(parts)))
+    released = RELEASED if recorded else frozenset()
+    v = judge(h, desc, list(h.spans) if stuck else [], (), released)
+    ours = (recorded and state is TxnState.ONGOING and pid == PID and epoch > EPOCH
+            and bool(parts) and parts <= RELEASED)
+    if ours:
+        assert v.fate is StrandedFate.FINISH and v.end_at == (PID, epoch), v
+    else:
+        assert v.fate is not StrandedFate.FINISH and v.end_at is None
+        assert v == judge(h, desc, list(h.spans) if stuck else [])  # as without a release
+
+
+def test_released_partitions_are_folded_into_the_hold() -> None:
+    h = _handle()
+    state = fold([(0, Prepared("1", (h,))), (1, Committed("1", 0, ())),
+                  (2, Released(("1",), ("q-0-0",), (("q-0-0", "t", 0),))),
+                  (3, Released(("1",), ("q-0-0", "q-9-9"), (("q-0-0", "t", 1),
+                                                              ("q-9-9", "x", 5))))])
+    assert state.stranded["q-0-0"].released == RELEASED
+    assert state.stranded["q-9-9"].released == {("x", 5)}
+    cleared = fold([(4, Stranded((), ("q-0-0",)))], "", 0, after=state)
+    assert "q-0-0" not in cleared.stranded
+
+
+@given(st.lists(st.sampled_from(list(Fate)), max_size=4))
+def test_a_hold_is_proven_committed_only_by_every_span(fates: list[Fate]) -> None:
+    proof = proof_of(Verdict(f) for f in fates)
+    if Fate.ABORTED in fates:
+        assert proof is HoldProof.ABORTED
+    elif fates and set(fates) == {Fate.COMMITTED}:
+        assert proof is HoldProof.COMMITTED
+    else:
+        assert proof is HoldProof.UNPROVEN
+
+
+def test_committed_handles_takes_the_visible_handles() -> None:
+    a, b = _handle(tid="q-0-0"), _handle(tid="q-1-0")
+    states = [BatchState("1", BatchStatus.COMMITTED, committed={0: a}),
+              BatchState("2", BatchStatus.PARTIAL, committed={1: b}),
+              BatchState("3", BatchStatus.PREPARED, intent=(a,)),
+              BatchState("4", BatchStatus.ABORTED)]
+    assert committed_handles(states) == [("1", a), ("2", b)]
+
+
+def test_latest_first_offsets_are_those_of_the_batch_handles_given() -> None:
+    a = _handle((PartitionSpan("t", 0, 10, None, 5), PartitionSpan("t", 1, 7, None, 1)), "q-0-0")
+    b = _handle((PartitionSpan("t", 0, 30, None, 2),), "q-1-0")
+    one = BatchState("1", BatchStatus.COMMITTED, 0, 1, intent_seq=0, committed={0: a, 1: b})
+    assert _latest_first_offsets(one) == {("t", 0): 30, ("t", 1): 7}
+    assert _latest_first_offsets(one) == {("t", 0): 30, ("t", 1): 7}  # from the memo
+    # The same batch and intent number in another log (other handles): its own offsets.
+    other = BatchState("1", BatchStatus.COMMITTED, 0, 1, intent_seq=0, committed={0: a})
+    assert _latest_first_offsets(other) == {("t", 0): 10, ("t", 1): 7}
+
+
+def test_released_record_round_trip() -> None:
+    rec = Released(("3",), ("q-0-0",), (("q-0-0", "t", 1),))
+    assert from_body(to_body(rec)) == rec
+
+
+# ---- against the real broker ----------------------------------------------------------------
+
+
+@pytest.mark.integration
+@pytest.mark.only_variants("kafka4-tv2", "kafka4-tv0")
+def test_recover_releases_a_commit_whose_markers_a_broker_kill_dropped(
+        broker: KafkaUnderTest, make_topic: Callable[..., str], tmp_path: Path) -> None:
+    """A transaction committed (EndTxn answered) whose markers a broker SIGKILL dropped, recorded
+    in the log as commit() records a batch (intent, then committed); recover() releases it."""
+    stuck = _stranded_commit(broker, make_topic)  # retries the kill until markers are dropped
+    with ControlClient(broker.config()) as control:
+        topic_id = control.topic_ids([stuck.topic])[stuck.topic]
+        spans = tuple(PartitionSpan(stuck.topic, p, first, first, 1, topic_id)
+                      for p, first in sorted(stuck.first_offsets.items()))
+        handle = Handle(stuck.transactional_id, stuck.producer_id, stuck.epoch, spans,
+                        len(stuck.ids), "c", 0, 60000, 0, 0, 0)
+        prefix = stuck.transactional_id.rsplit("-", 1)[0]  # not of the form prefix-p-slot
+        coord = DriverUnderTest(open_log(str(tmp_path / "log")), control, "query", "q", prefix,
+                                settle_wait_ms=5000)
+        coord.bind()
+        session = Session(coord.log)
+        intent = session.append(Prepared("0", (handle,)))
+        session.append(Committed("0", intent, ()))
+        report = coord.recover()
+        assert report.stranded.released == (stuck.transactional_id,), report.summary()
+        assert not report.stranded.unreleased, report.summary()
+        # Recorded before it was done, naming the id and exactly the stuck partitions.
+        records = [from_body(r.body) for r in open_log(str(tmp_path / "log")).records()]
+        [released] = [r for r in records if isinstance(r, Released)]
+        assert released.ids == (stuck.transactional_id,) and released.batches == ("0",)
+        assert {(t, p) for _, t, p in released.partitions} == {
+            (stuck.topic, p) for p in stuck.stuck}
+        last = Session(coord.log).state.last_seq
+        again = coord.recover()  # nothing left: nothing recorded, nothing done
+        assert again.stranded.released == () and not again.stranded.notes
+        assert Session(coord.log).state.last_seq == last
+    assert wait_until_stable(broker.config(), stuck.topic, 60)
+    audit = audit_topic(broker.config(), stuck.topic, expected_ids=stuck.ids)
+    assert audit.passed and audit.records == len(stuck.ids), audit.summary()

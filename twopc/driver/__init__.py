@@ -1,0 +1,3 @@
+"""The driver side: commit, abort, recovery, stranded commits, source offsets, guards at start
+(docs/design.md sections 2, 4, 8, 9).
+"""

@@ -1,0 +1,293 @@
+"""One driver call: the log session it reads and appends through, and the only door through which
+it ends, fences or releases a transaction (docs/design.md sections 5 and 8).
+
+PySpark runs each commit() and abort() in a fresh process, so a driver call reads the whole log
+afresh and keeps nothing from an earlier one. Two rules of the protocol are kept here, in the
+door every path goes through, rather than by the order of calls in each path:
+
+- every EndTxn, fence, release and offsets transaction follows a record this call appended
+  that names the ids it touches: the log is the fence between drivers, so a paused old driver
+  can act only on what it recorded itself, and its next append fails (`ProtocolViolation`
+  otherwise);
+- stranded commits are released before any fence: a later transaction on a stranded commit's id
+  would end the committed records with its own ending, an abort included (stranded.py);
+- an id held as stranded is never fenced, nor named an orphan: its open transaction may be our
+  own release cut short before its EndTxn, which only its commit saves (a later check finishes it).
+
+The job index (a batch job's id outlives the purge of its records) and the purge are here too:
+both are the holder's of the fence, the call that has just appended.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from checkpoint import Log
+from twopc.control import (
+    ControlClient,
+    EndTxnOutcome,
+    EndTxnRequest,
+    FenceResult,
+    ReleaseResult,
+    TransactionListing,
+    TxnState,
+)
+from twopc.crashpoints import crash_point
+from twopc.driver.source_offsets import commit_alone
+from twopc.driver.stranded import StrandedReport, release_stranded_commits
+from twopc.errors import CommitUnverified, DataLossError, FenceFailed, ProtocolViolation
+from twopc.log.jobs import batch_state, remember_job
+from twopc.log.session import Session, check_binding
+from twopc.protocol.clock import DEFAULT_MARGIN_MS
+from twopc.protocol.holds import to_check
+from twopc.protocol.log_records import (
+    Aborted,
+    Committed,
+    Duplicates,
+    LogRecord,
+    Orphans,
+    Partial,
+    Prepared,
+    Released,
+    RollForward,
+)
+from twopc.protocol.offsets import SourceOffsets
+from twopc.protocol.owner import Owner, OwnerKind
+from twopc.protocol.plans import plan_purge, unnamed_open
+from twopc.protocol.state import BatchState, BatchStatus, LogState
+
+log = logging.getLogger("twopc.driver")
+
+# A committed transaction's partition must look stranded this long before it is released: markers
+# can lag the coordinator's answer by a few hundred milliseconds.
+STRANDED_GRACE_MS = 1000
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True)
+class DriverSettings:
+    """What every driver call of one owner needs besides the log and the control client."""
+
+    owner: Owner
+    margin_ms: int = DEFAULT_MARGIN_MS  # guard 3: time a transaction must have left at the intent
+    settle_wait_ms: int = 60000  # the log check's bounded wait for a stable partition
+    retain_batches: int = 10  # finished batches the purge keeps whole
+    stranded_wait_ms: int = 5000  # the stranded check's bounded wait
+    clock_ms: Callable[[], int] = wall_clock_ms
+
+
+FencedRecord = Aborted | Duplicates | Orphans
+
+
+def named_ids(record: LogRecord) -> tuple[str, ...]:
+    """The transactional ids a record names: those a call may end, fence or release after it."""
+    if isinstance(record, Prepared) and not record.handles:
+        # A batch without records: the id of its source offsets' own transaction.
+        carrier = record.offsets.carrier if record.offsets is not None else None
+        return () if carrier is None else (carrier,)
+    if isinstance(record, Prepared | Aborted):
+        return tuple(h.transactional_id for h in record.handles)
+    if isinstance(record, Duplicates | Orphans | RollForward | Released):
+        return tuple(record.ids)
+    if isinstance(record, Committed):
+        return tuple(record.orphans)
+    if isinstance(record, Partial):
+        return tuple(record.aborted)
+    return ()
+
+
+class DriverCall:
+    """One call's session over the log, and its door to the transactions it touches."""
+
+    def __init__(self, log: Log, control: ControlClient, settings: DriverSettings) -> None:
+        check_binding(log, settings.owner, create=True)
+        self.log = log
+        self.control = control
+        self.settings = settings
+        self.session = Session(log)
+        self._named: set[str] = set()
+        # What the last full stranded check covered: the committed batches and the held ids.
+        self._released: tuple[frozenset[tuple[str, int | None]], frozenset[str]] | None = None
+
+    @property
+    def state(self) -> LogState:
+        return self.session.state
+
+    @property
+    def owner(self) -> Owner:
+        return self.settings.owner
+
+    # ---- the log --------------------------------------------------------------------------
+
+    def append(self, record: LogRecord) -> int:
+        """Append at the next number (LogOwnershipLost if another driver took it); from then on
+        this call may act on the ids the record names."""
+        seq = self.session.append(record)
+        self._named.update(named_ids(record))
+        return seq
+
+    def batch_state(self, batch: str) -> BatchState:
+        return batch_state(self.log, self.owner, self.state, batch)
+
+    def remember_job(self, batch: str, seq: int | None) -> None:
+        if self.owner.kind is OwnerKind.JOB and seq is not None:
+            remember_job(self.log, batch, seq)
+
+    def purge(self) -> None:
+        """Only the holder of the fence purges: a call that has just appended."""
+        if not self.session.appended:
+            return
+        plan = plan_purge(self.state, self.settings.retain_batches, self.log.low_water_mark(),
+                          jobs=self.owner.kind is OwnerKind.JOB)
+        if plan is None:
+            return
+        for job in plan.to_index:  # before the mark moves: a crash in between loses nothing
+            self.remember_job(job.batch, job.last_seq)
+        self.log.purge(plan.below)
+
+    # ---- the door -------------------------------------------------------------------------
+
+    def _require_named(self, ids: Iterable[str], what: str) -> None:
+        unnamed = sorted(set(ids) - self._named)
+        if unnamed:
+            raise ProtocolViolation(f"{what} of {unnamed} without a record of this call naming "
+                                    "them first (docs/design.md section 5)")
+
+    def end_txns(self, requests: Sequence[EndTxnRequest]) -> dict[str, EndTxnOutcome]:
+        """EndTxn for ids a record of this call names."""
+        self._require_named((r.transactional_id for r in requests), "EndTxn")
+        return self.control.end_txns(requests, precheck=False)
+
+    def fence(self, record: FencedRecord) -> tuple[tuple[str, ...], dict[str, str]]:
+        """Release stranded commits, append `record`, then fence the ids it names. Returns the
+        ids and the fences that failed (id -> the broker's answer). Nothing to fence: no record."""
+        ids = named_ids(record)
+        if not ids:
+            return (), {}
+        self._ensure_released()
+        self.append(record)
+        return ids, self._fence(ids)
+
+    def fence_recorded(self, record: Aborted | Duplicates) -> tuple[str, ...]:
+        """`fence`, raising FenceFailed if the broker refused one (the record stands)."""
+        ids, failed = self.fence(record)
+        if failed:
+            if isinstance(record, Aborted):
+                done = (f"batch {record.batch}: its transactions {list(ids)} are recorded as "
+                        f"never to be committed ({record.reason[:300]})")
+            else:
+                done = (f"batch {record.batch} is committed, and the re-run's transactions "
+                        f"{list(ids)} are recorded as its duplicates, never to be committed")
+            raise FenceFailed(record.batch, failed, done)
+        return ids
+
+    def fence_named(self, ids: Sequence[str]) -> dict[str, str]:
+        """Fence ids that a record of this call already names (a `committed` record's orphans),
+        stranded commits released first. Returns the fences that failed."""
+        if not ids:
+            return {}
+        self._require_named(ids, "a fence")
+        self._ensure_released()
+        return self._fence(ids)
+
+    def _fence(self, ids: Sequence[str]) -> dict[str, str]:
+        held = [t for t in ids if t in self.state.stranded]
+        if held:  # its open transaction may be our release cut short: a check finishes it
+            log.warning("twopc: not fencing %s: held as stranded commits (a later check "
+                        "releases or finishes them)", held)
+        rest = [t for t in ids if t not in self.state.stranded]
+        return fence_failures(self.control.fence(rest)) if rest else {}
+
+    def commit_offsets_alone(self, batch: str, offsets: SourceOffsets) -> None:
+        """The source offsets of a batch without records, in a transaction of their own on the id
+        a record of this call names as their carrier (source_offsets.py `commit_alone`); stranded
+        commits released first, as before a fence (it starts with InitProducerId)."""
+        assert offsets.carrier is not None
+        self._require_named((offsets.carrier,), "an offsets transaction")
+        self._ensure_released()
+        commit_alone(self.control, batch, offsets, self.settings.stranded_wait_ms / 1000)
+
+    def release(self, transactional_id: str, partitions: Sequence[tuple[str, int]],
+                producer_id: int) -> ReleaseResult:
+        """A stranded commit's release (stranded.py), after the `released` record naming it."""
+        self._require_named((transactional_id,), "a release")
+        return self.control.release_stranded(transactional_id, partitions,
+                                             producer_id=producer_id)
+
+    # ---- stranded commits -----------------------------------------------------------------
+
+    def release_stranded(self, only: Collection[str] | None = None,
+                         recheck_held: bool = True,
+                         patient: Collection[str] | None = None) -> StrandedReport:
+        """Check the markers of every committed batch the log holds (or those in `only`) and of
+        every id held as stranded, and release what is stuck (stranded.py); the bounded wait only
+        for the batches in `patient` (all if None)."""
+        held = self.state.stranded if recheck_held else ()
+        committed = to_check(self.state.batches.values(), only, held)
+        wait = self.settings.stranded_wait_ms
+        report = release_stranded_commits(self, committed, wait_ms=wait,
+                                          grace_ms=min(STRANDED_GRACE_MS, wait), patient=patient)
+        if only is None and recheck_held:
+            self._released = self._coverage()
+        return report
+
+    def verify_markers(self, batch: str, only: Collection[str] | None = None) -> None:
+        """A committed batch's markers landed, or were released. CommitUnverified if not: a
+        commit whose markers are neither landed nor released is not a success.
+
+        The check looks at every committed batch the log holds and every held id too (their
+        stranded commits are released here, before any later transaction on their ids), but only
+        the batch's own transactions can fail it: what is stuck or unreadable elsewhere (a
+        partition whose leader is down, among an older batch's) stays held, no task takes those
+        ids, and later checks look again (issue 30, item 5)."""
+        crash_point("stranded.before_check")  # tests only: the torture suite pauses here
+        try:
+            report = self.release_stranded(only, patient={batch})
+        except DataLossError:
+            raise  # committed records found aborted: loud as it is, never wrapped
+        except Exception as exc:
+            raise CommitUnverified(batch, f"{type(exc).__name__}: {exc}") from exc
+        mine = [n for n in report.unreleased if n.batch == batch]
+        if mine:
+            raise CommitUnverified(batch, "its committed transactions still hold partitions "
+                                   "open and were not released: " + "; ".join(
+                                       f"{n.transactional_id} {n.fate.value}: {report.why(n)}"
+                                       for n in mine))
+
+    def _coverage(self) -> tuple[frozenset[tuple[str, int | None]], frozenset[str]]:
+        committed = frozenset((b.batch, b.intent_seq) for b in self.state.batches.values()
+                              if b.status in (BatchStatus.COMMITTED, BatchStatus.PARTIAL))
+        return committed, frozenset(self.state.stranded)
+
+    def _ensure_released(self) -> None:
+        # A full check since the last commit this call recorded covers every committed batch.
+        if self._released != self._coverage():
+            self.release_stranded()
+
+    # ---- reads ----------------------------------------------------------------------------
+
+    def open_orphans(self, ids: Collection[str],
+                     listed: Sequence[TransactionListing] | None = None) -> tuple[str, ...]:
+        """The pool's open ids that no pending intent names and `ids` (the batch's) do not: the
+        losing attempts a `committed` record names (docs/design.md section 2, driver step 6).
+        `listed`: the pool's open transactions if already asked (else asked here)."""
+        open_ids = listed if listed is not None else self.control.list_transactions(
+            self.owner.prefix, states=[TxnState.ONGOING])
+        return unnamed_open(self.owner.prefix, (t.transactional_id for t in open_ids),
+                            protected=self.protected_ids() | set(ids))
+
+    def protected_ids(self) -> frozenset[str]:
+        """Ids a sweep never names an orphan: those a pending intent names, and those held as
+        stranded (their open transaction may be our release, cut short)."""
+        return self.state.pending_ids() | frozenset(self.state.stranded)
+
+
+def fence_failures(results: Mapping[str, FenceResult]) -> dict[str, str]:
+    """The fences that did not happen, with the broker's answer."""
+    return {t: r.error or "unknown error" for t, r in results.items() if not r.fenced}

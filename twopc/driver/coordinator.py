@@ -1,0 +1,423 @@
+"""The driver's commit and abort of one batch (docs/design.md section 2, "Driver"; sections 4, 5).
+
+A Coordinator keeps no state between calls: PySpark runs each commit() and abort() in a fresh
+process, so each call reads the checkpoint log (a `DriverCall`), decides (twopc/protocol), and
+acts only through the call's door, after a record that names what it touches. Crash points
+(crashpoints.py) sit between the steps. Recovery of what earlier calls left is recovery.py.
+
+EndTxn order: the first handle alone, then all but the last in parallel, then the last. The few
+extra round trips (milliseconds, against the fsynced intent) buy two things: a crash can fall
+after exactly 1 and after exactly n-1 answers (the `after_endtxn_1` and `after_endtxn_n_minus_1`
+points), and the path the crash tests prove is the path production runs.
+With twopc.commitSourceOffsets the last one also carries the batch's source offsets
+(source_offsets.py): the group moves with the batch's last transaction, never before the others.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+from checkpoint import Log
+from twopc.control import ControlClient, EndTxnOutcome, EndTxnRequest, TransactionDescription, TxnState
+from twopc.crashpoints import crash_point
+from twopc.driver import observe
+from twopc.driver.call import DriverCall, DriverSettings
+from twopc.driver.recovery_report import RecoveryReport
+from twopc.driver.settle import settle
+from twopc.driver.source_offsets import attach
+from twopc.errors import (
+    BatchAborted,
+    BatchPartlyCommitted,
+    DataLossError,
+    GuardFailed,
+    LogOwnershipLost,
+    TwopcError,
+)
+from twopc.protocol.clock import check_before_intent, warn_clock_outliers
+from twopc.protocol.enums import TextEnum
+from twopc.protocol.handle import Handle, ResultKind, WriteResult
+from twopc.protocol.log_records import Aborted, Committed, Duplicates, Prepared
+from twopc.protocol.offsets import (
+    SourceOffsets,
+    SourceOffsetsRefused,
+    alone_id,
+    carrier_of,
+    needs_offsets,
+)
+from twopc.protocol.owner import Owner, OwnerKind
+from twopc.protocol.plans import CommitAction, plan_abort, plan_commit
+from twopc.protocol.state import BatchStatus, TxnKey, txn_key
+from twopc.protocol.verdicts import BatchOutcome, Fate, Verdict, fate_of_end_txn
+
+# Not the `twopc` logger itself (its lines are JSON figures): a child, which reaches the same
+# handlers (observe.show_in_worker_log).
+_log = logging.getLogger(__name__)
+
+
+class InvalidResults(ValueError):
+    """The messages handed to commit()/abort() do not belong together (wrong batch, two winners)."""
+
+
+class CommitStatus(TextEnum):
+    COMMITTED = "committed"  # this call made the batch visible
+    ALREADY_COMMITTED = "already_committed"  # an earlier call did: this one's are duplicates
+    REPAIRED = "repaired"  # the part a partly committed earlier attempt had not made visible
+    EMPTY = "empty"  # no rows: committed with no transaction
+
+
+class AbortOutcome(TextEnum):
+    ROLLED_FORWARD = "rolled_forward"  # an open intent was the commit decision: committed
+    FENCED = "fenced"  # the batch's unrecorded transactions were fenced
+
+
+@dataclass
+class CommitReport:
+    batch: str
+    status: CommitStatus
+    committed: tuple[str, ...] = ()
+    duplicates: tuple[str, ...] = ()
+    orphans: tuple[str, ...] = ()  # fenced: open ids of the pool the intent does not name
+    recovery: RecoveryReport | None = None
+    figures: observe.BatchFigures | None = None  # what was logged (observe.metrics for Spark)
+    notes: list[str] = field(default_factory=list)  # what else the caller should know
+
+
+@dataclass
+class AbortReport:
+    batch: str
+    fenced: tuple[str, ...] = ()
+    recovery: RecoveryReport | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+class Coordinator:
+    """commit() and abort() of one owner's batches; every call opens its own `DriverCall`."""
+
+    def __init__(self, log: Log, control: ControlClient, settings: DriverSettings) -> None:
+        self.log = log
+        self.control = control
+        self.settings = settings
+
+    @property
+    def owner(self) -> Owner:
+        return self.settings.owner
+
+    def open_call(self) -> DriverCall:
+        return DriverCall(self.log, self.control, self.settings)
+
+    def commit(self, batch: str, results: Sequence[WriteResult | None],
+               offsets: SourceOffsets | None = None) -> CommitReport:
+        """Commit `batch`; with `offsets`, its source offsets too, inside its transactions
+        (source_offsets.py)."""
+        began = time.monotonic()
+        try:
+            try:
+                report = self._commit(batch, results, offsets)
+            except LogOwnershipLost as lost:
+                report = self._committed_by_another(batch, results, lost)
+        except TwopcError as exc:
+            self._observe("commit", batch, type(exc).__name__, results, 0, began)
+            raise
+        report.figures = self._observe("commit", batch, report.status, results,
+                                       len(report.committed), began)
+        warning = observe.age_warning(report.figures) if report.committed else None
+        if warning is not None:
+            _log.warning("twopc: %s", warning)
+        return report
+
+    def _commit(self, batch: str, results: Sequence[WriteResult | None],
+                offsets: SourceOffsets | None) -> CommitReport:
+        handles, skipped = _handles_of(batch, results, allow_failed=False)
+        # Guard 3's DescribeTransactions, sent while the log is read (a read, so asking early
+        # changes nothing; its answer serves only a fresh plan on this first read, below).
+        described = (self.control.start_describe_transactions(
+            [h.transactional_id for h in handles]) if handles else None)
+        call = self.open_call()
+        recovery: RecoveryReport | None = None
+        swept: tuple[str, ...] = ()  # losing attempts fenced by the settling of an open intent
+        for _ in range(2):  # at most one settling of an open intent, then a plan on firm ground
+            state = call.batch_state(batch)
+            if skipped and state.status is not BatchStatus.COMMITTED:
+                reason = (f"Spark partitions {sorted(skipped)} skipped writing because the batch "
+                          "looked committed, but the log does not show it committed")
+                call.fence_recorded(Aborted(batch, tuple(handles), reason, None))
+                raise BatchAborted(batch, reason)
+            plan = plan_commit(state, handles)
+            if plan.action is CommitAction.RECOVER_FIRST:
+                recovery = settle(call, [state], sweep=False, name_orphans=True)
+                recovery.raise_if_undecided()
+                if recovery.batches[0].outcome is BatchOutcome.COMMITTED:
+                    call.verify_markers(batch, only={batch})
+                    swept = recovery.batches[0].orphans
+                    _fence_orphans(call, batch, swept)
+                continue
+            if plan.action is CommitAction.ALREADY_COMMITTED:
+                dups = call.fence_recorded(Duplicates(
+                    batch, tuple(h.transactional_id for h in plan.duplicates)))
+                return CommitReport(batch, CommitStatus.ALREADY_COMMITTED, duplicates=dups,
+                                    orphans=swept, recovery=recovery)
+            if plan.losses:
+                call.fence_recorded(Aborted(
+                    batch, tuple(handles), "the re-run differs from the visible data", None))
+                raise DataLossError(batch, plan.losses)
+            dups = call.fence_recorded(Duplicates(
+                batch, tuple(h.transactional_id for h in plan.duplicates)))
+            if plan.action is CommitAction.REPAIR and not needs_offsets(
+                    state.offsets, (h.transactional_id for h in state.committed.values())):
+                offsets = None  # the visible part carried them
+            early = (described if plan.action is CommitAction.FRESH and recovery is None
+                     else None)
+            report = self._commit_fresh(call, batch, plan.to_commit, offsets, early)
+            report.duplicates = dups
+            report.recovery = recovery
+            if plan.action is CommitAction.REPAIR:
+                report.status = CommitStatus.REPAIRED
+            return report
+        raise AssertionError("an open intent survived its own settling")  # settle records outcomes
+
+    def _committed_by_another(self, batch: str, results: Sequence[WriteResult | None],
+                              lost: LogOwnershipLost) -> CommitReport:
+        """This call lost an append to another driver (recovery before another run, `twopc
+        recover`, a concurrent run of the same job). If that driver committed this call's very
+        transactions (it rolled this call's intent forward), the batch is committed with what
+        this call wrote (issue 30, item 4): a batch job reports that, not a failure; a streaming
+        query's driver still stops with `lost` (two drivers of one query: this one must not go on
+        to its next batch), which then says so. Anything else: `lost`. Read only: nothing is
+        appended, ended or fenced here (the log fence stands)."""
+        handles, _ = _handles_of(batch, results, allow_failed=False)
+        if not handles:
+            raise lost
+        state = self.open_call().batch_state(batch)
+        visible = ({txn_key(h) for h in state.committed.values()}
+                   if state.status is BatchStatus.COMMITTED else set())
+        if not all(txn_key(h) in visible for h in handles):
+            raise lost
+        note = (f"batch {batch} is committed with this call's {len(handles)} transactions, "
+                "by another driver, which settled this call's intent while it was held up "
+                f"(this call then lost record {lost.seq} of the log to it)")
+        if self.owner.kind is not OwnerKind.JOB:
+            if hasattr(lost, "add_note"):  # Python 3.11+
+                lost.add_note(f"twopc: {note}")
+            raise lost
+        _log.warning("twopc: %s", note)
+        return CommitReport(batch, CommitStatus.COMMITTED,
+                            committed=tuple(h.transactional_id for h in handles), notes=[note])
+
+    def abort(self, batch: str, results: Sequence[WriteResult | None],
+              reason: str = "Spark aborted the batch") -> AbortReport:
+        """Spark's abort: roll an open intent forward (it is the commit decision), and fence the
+        handles in `results` that no intent names (`reason`: why, in their record)."""
+        began = time.monotonic()
+        handles, _ = _handles_of(batch, results, allow_failed=True)
+        call = self.open_call()
+        report = AbortReport(batch)
+        roll_first, _ = plan_abort(call.state.batch(batch), handles)
+        undecided: Exception | None = None
+        if roll_first:
+            report.recovery = settle(call, [call.state.batch(batch)], sweep=False)
+            try:
+                report.recovery.raise_if_undecided()
+            except Exception as exc:  # fence the others first, then report it
+                undecided = exc
+        state = call.batch_state(batch)
+        _, others = plan_abort(state, handles)
+        ids = tuple(h.transactional_id for h in others)
+        try:
+            if state.status is BatchStatus.COMMITTED:
+                report.fenced = call.fence_recorded(Duplicates(batch, ids))
+            else:
+                report.fenced = call.fence_recorded(Aborted(batch, others, reason[:2000], None))
+        except TwopcError as exc:
+            self._observe("abort", batch, type(exc).__name__, results, 0, began)
+            raise
+        outcome: str = (AbortOutcome.ROLLED_FORWARD if report.recovery is not None
+                        else AbortOutcome.FENCED)
+        if undecided is not None:
+            outcome = type(undecided).__name__
+        self._observe("abort", batch, outcome, results, 0, began)
+        if undecided is not None:
+            raise undecided
+        return report
+
+    # ---- the commit path ----------------------------------------------------------------------
+
+    def _commit_fresh(self, call: DriverCall, batch: str, handles: Sequence[Handle],
+                      offsets: SourceOffsets | None = None,
+                      described: Future[dict[str, TransactionDescription]] | None = None
+                      ) -> CommitReport:
+        """Commit `handles` (docs/design.md section 2, steps 2-7); `described`: guard 3's
+        DescribeTransactions of these handles, if already sent."""
+        if not handles and offsets is not None:
+            return self._commit_offsets_only(call, batch, offsets)
+        if not handles:
+            return self._commit_empty(call, batch, None)
+        ids = [h.transactional_id for h in handles]
+        descriptions = (described.result() if described is not None
+                        else self.control.describe_transactions(ids))
+        # The clock is read after the answer: the later the reading, the less time the guard
+        # counts as left.
+        now_ms = self.settings.clock_ms()
+        warn_clock_outliers(handles, now_ms)
+        failed = check_before_intent(handles, descriptions, now_ms, self.settings.margin_ms)
+        if failed:
+            reason = "; ".join(f"{t}: {why}" for t, why in sorted(failed.items()))
+            call.fence_recorded(Aborted(batch, tuple(handles), reason[:2000], None))
+            raise GuardFailed(batch, failed)
+        if offsets is not None:
+            offsets = self._attach_offsets(call, batch, handles, offsets)
+        crash_point("coordinator.before_intent")
+        intent_seq = call.append(Prepared(batch, tuple(handles), offsets))
+        crash_point("coordinator.after_intent")
+        # The pool's open ids, for the `committed` record's orphans, asked while the
+        # EndTxns are in flight (one round trip less before commit() returns): the intent's own
+        # ids are protected whatever state the listing shows them in, and any other open id is
+        # open before and after the EndTxns alike. (On the settling path its answer is unused.)
+        listing = self.control.start_list_transactions(self.owner.prefix,
+                                                       states=[TxnState.ONGOING])
+        answers = _end_in_order(call, handles, carrier=offsets is not None)
+        fates = {txn_key(h): fate_of_end_txn(answers.get(h.transactional_id)) for h in handles}
+        if any(v.fate is not Fate.COMMITTED for v in fates.values()):
+            # Some EndTxn answers prove nothing: the log check decides, exactly as in recovery.
+            return self._settle_after_end(call, batch, {
+                k: v for k, v in fates.items() if v.fate is not Fate.UNDECIDED})
+        orphans = call.open_orphans(ids, listing.result())
+        seq = call.append(Committed(batch, intent_seq, orphans))
+        crash_point("coordinator.after_committed_record")
+        call.remember_job(batch, seq)
+        # A broker killed mid-commit can drop the markers of a commit for good (stranded.py).
+        # They must be released before any later transaction on the same ids touches those
+        # partitions: its markers end the stranded records too, and an abort loses them (found by
+        # the torture suite). So a commit returns only once its markers landed or were released.
+        call.verify_markers(batch)
+        _fence_orphans(call, batch, orphans, purge=True)
+        return CommitReport(batch, CommitStatus.COMMITTED, committed=tuple(ids), orphans=orphans)
+
+    def _attach_offsets(self, call: DriverCall, batch: str, handles: Sequence[Handle],
+                        offsets: SourceOffsets) -> SourceOffsets:
+        """The source offsets into the transaction committed last (source_offsets.py), before
+        the intent; if the cluster refuses them, the batch is aborted whole."""
+        carrier = carrier_of(handles)
+        assert carrier is not None
+        try:
+            return attach(self.control, batch, carrier, offsets)
+        except SourceOffsetsRefused as exc:
+            call.fence_recorded(Aborted(batch, tuple(handles), exc.reason[:2000], None))
+            raise
+
+    def _commit_offsets_only(self, call: DriverCall, batch: str,
+                             offsets: SourceOffsets) -> CommitReport:
+        """A batch that wrote no record still moves the group's offsets: an intent that names
+        them and a free pool id to carry them, their own transaction on that id (never a plain
+        OffsetCommit: source_offsets.py `commit_alone` says why), the outcome. Recovery does the
+        transaction again for an intent left without outcome."""
+        carried = offsets.with_carrier(alone_id(self.owner.prefix, call.state.in_use()))
+        intent_seq = call.append(Prepared(batch, (), carried))
+        crash_point("coordinator.after_intent")
+        call.commit_offsets_alone(batch, carried)
+        crash_point("coordinator.after_all_endtxn")
+        return self._commit_empty(call, batch, intent_seq)
+
+    def _commit_empty(self, call: DriverCall, batch: str, intent_seq: int | None) -> CommitReport:
+        """The outcome of a batch with no transaction to commit. Attempts that lost may still
+        have written: the record names the pool's open unnamed ids and they are fenced, as after
+        a commit of transactions."""
+        orphans = call.open_orphans(())
+        seq = call.append(Committed(batch, intent_seq, orphans))
+        call.remember_job(batch, seq)
+        _fence_orphans(call, batch, orphans, purge=True)
+        return CommitReport(batch, CommitStatus.EMPTY, orphans=orphans)
+
+    def _settle_after_end(self, call: DriverCall, batch: str,
+                          answered: dict[TxnKey, Verdict]) -> CommitReport:
+        state = call.state.batch(batch)
+        report = settle(call, [state], sweep=False, name_orphans=True, answered=answered)
+        report.raise_if_undecided()
+        b = report.batches[0]
+        if b.outcome is BatchOutcome.COMMITTED:
+            call.remember_job(batch, b.recorded_seq)
+            call.verify_markers(batch)
+            _fence_orphans(call, batch, b.orphans, purge=True)
+            return CommitReport(batch, CommitStatus.COMMITTED,
+                                committed=tuple(h.transactional_id for h in b.handles),
+                                orphans=b.orphans, recovery=report)
+        if b.outcome is BatchOutcome.ABORTED:
+            raise BatchAborted(batch, "every transaction was aborted before its commit: "
+                               + "; ".join(h.reason for h in b.handles)[:1000])
+        raise BatchPartlyCommitted(batch, b.committed_partitions, b.lost_partitions)
+
+    def _observe(self, event: str, batch: str, outcome: str,
+                 results: Sequence[WriteResult | None], committed: int,
+                 began: float) -> observe.BatchFigures:
+        handles = [r.handle for r in results if r is not None and r.handle is not None]
+        fig = observe.figures(event, batch, str(outcome), handles, committed=committed,
+                              now_ms=self.settings.clock_ms(),
+                              latency_ms=(time.monotonic() - began) * 1000)
+        observe.log_batch(fig)
+        return fig
+
+
+def _end_in_order(call: DriverCall, handles: Sequence[Handle],
+                  carrier: bool) -> dict[str, EndTxnOutcome]:
+    """EndTxn(commit) of the first handle, then all but the last, then the last. With `carrier`
+    (the last carries the batch's source offsets), the last only if every other one answered
+    committed: otherwise it is left to the settling (settle.py), which commits it only once the
+    log proves the others committed, and fences it if one was aborted."""
+    reqs = [EndTxnRequest(h.transactional_id, h.producer_id, h.epoch, True) for h in handles]
+    answers = dict(call.end_txns(reqs[:1]))
+    crash_point("coordinator.after_endtxn_1")
+    if len(reqs) > 1:
+        if len(reqs) > 2:
+            answers.update(call.end_txns(reqs[1:-1]))
+        crash_point("coordinator.after_endtxn_n_minus_1")
+        if not carrier or all(a.committed for a in answers.values()):
+            answers.update(call.end_txns(reqs[-1:]))
+    crash_point("coordinator.after_all_endtxn")
+    return answers
+
+
+def _fence_orphans(call: DriverCall, batch: str, orphans: Sequence[str],
+                   purge: bool = False) -> None:
+    """Fence the orphans a `committed` record of `batch` named, purge if asked, and raise
+    FenceFailed if a fence failed: the batch is committed, the report must not say all went
+    well."""
+    from twopc.errors import FenceFailed
+
+    failed = call.fence_named(orphans)
+    crash_point("coordinator.during_sweep")
+    if purge:
+        call.purge()
+    if failed:
+        raise FenceFailed(batch, failed, f"batch {batch} is committed (nothing of it is lost)")
+
+
+def _handles_of(batch: str, results: Sequence[WriteResult | None],
+                allow_failed: bool) -> tuple[list[Handle], list[int]]:
+    handles: list[Handle] = []
+    skipped: list[int] = []
+    seen: dict[int, str] = {}
+    for r in results:
+        if r is None:
+            if allow_failed:
+                continue
+            raise InvalidResults(f"commit of batch {batch} got a failed task (None): Spark commits "
+                                 "only when every task succeeded")
+        if r.batch != batch:
+            raise InvalidResults(f"a result of batch {r.batch} was given to batch {batch}")
+        if r.kind is ResultKind.SKIPPED:
+            skipped.append(r.task_partition)
+        if r.kind is not ResultKind.PRECOMMITTED:
+            continue
+        if r.handle is None:
+            raise InvalidResults(f"a pre-committed result of partition {r.task_partition} has no "
+                                 "handle")
+        tid = r.handle.transactional_id
+        if not allow_failed and r.task_partition in seen:
+            raise InvalidResults(f"batch {batch}: two results for Spark partition "
+                                 f"{r.task_partition} ({seen[r.task_partition]}, {tid})")
+        seen[r.task_partition] = tid
+        handles.append(r.handle)
+    return handles, skipped

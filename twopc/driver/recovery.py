@@ -1,0 +1,118 @@
+"""Recovery before any new write, and the operator's resolution of a stuck batch (docs/design.md
+section 4).
+
+`recover()` settles every recorded intent without outcome (settle.py: pass 1, what the coordinator
+proves; pass 2, what the log proves), fences the pool's open transactions that no record names,
+checks and releases stranded commits (stranded.py), and purges. It runs on the driver before a
+query, micro-batch or job writes (spark/driver.py `prepare`), after Spark's abort, and from
+`twopc recover`. `resolve()` records an operator's decision for a batch recovery cannot settle.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from checkpoint import KeyExists, Log
+from twopc.control import ControlClient
+from twopc.driver import observe
+from twopc.driver.call import DriverCall, DriverSettings
+from twopc.driver.recovery_report import RecoveryReport
+from twopc.driver.settle import settle
+from twopc.driver.stranded import StrandedReport, prove_holds
+from twopc.errors import ResolutionRefused
+from twopc.protocol.holds import HoldProof, committed_handles
+from twopc.protocol.log_records import DECISIONS, RESOLVE_COMMITTED, Resolved, Stranded
+from twopc.protocol.owner import Owner
+from twopc.protocol.state import BatchStatus
+from twopc.protocol.verdicts import BatchOutcome, Fate
+
+
+class Recovery:
+    """recover() and resolve() of one owner's log; every call opens its own `DriverCall`."""
+
+    def __init__(self, log: Log, control: ControlClient, settings: DriverSettings) -> None:
+        self.log = log
+        self.control = control
+        self.settings = settings
+
+    @property
+    def owner(self) -> Owner:
+        return self.settings.owner
+
+    def recover(self, on_progress: Callable[[int, int], None] | None = None) -> RecoveryReport:
+        """Settle every recorded intent without outcome and fence the pool's unnamed open
+        transactions. Run before any new writes; idempotent. UndecidedError if an outcome cannot
+        be proven (nothing is guessed); a partly committed batch is left for its re-run.
+        `on_progress(settled, total)` follows the transactions being settled."""
+        began = time.monotonic()
+        call = DriverCall(self.log, self.control, self.settings)
+        pending = call.state.pending
+        # Stranded commits first (the sweep's fences would do it too; this report keeps it).
+        early = call.release_stranded()
+        report = settle(call, pending, sweep=True, on_progress=on_progress)
+        intents = {b.batch: b.intent for b in pending}
+        for b in report.batches:
+            if b.outcome is BatchOutcome.COMMITTED:
+                call.remember_job(b.batch, b.recorded_seq)
+            observe.log_batch(observe.figures(
+                "recovery", b.batch, b.outcome.value, intents.get(b.batch, ()),
+                committed=sum(h.outcome is Fate.COMMITTED for h in b.handles),
+                now_ms=self.settings.clock_ms(), latency_ms=(time.monotonic() - began) * 1000))
+        settled = {b.batch for b in report.batches if b.outcome is BatchOutcome.COMMITTED}
+        # (The held ids were just checked, and retried if they could be released.)
+        late = call.release_stranded(only=settled, recheck_held=False) if settled \
+            else StrandedReport()
+        report.stranded = early.merged(late)
+        call.purge()
+        report.raise_if_incomplete()
+        return report
+
+    def resolve(self, batch: str, decision: str, note: str) -> None:
+        """The operator's explicit decision for a stuck batch, recorded.
+
+        "committed": keep what is visible, the re-run writes nothing more (a lost part stays
+        lost). "aborted": the batch counts as not committed, the re-run writes all of it again
+        (a visible part appears twice). Run recover() first: it settles what can be proven.
+        """
+        if decision not in DECISIONS:
+            raise ResolutionRefused(f"decision must be one of {DECISIONS}, got {decision!r}")
+        if not note.strip():
+            raise ResolutionRefused("a resolution needs a note saying who decided and why")
+        call = DriverCall(self.log, self.control, self.settings)
+        state = call.state.batch(batch)
+        if state.status not in (BatchStatus.PREPARED, BatchStatus.PARTIAL):
+            raise ResolutionRefused(
+                f"batch {batch} is {state.status.value}: only a batch left prepared (undecided) "
+                "or partial needs a resolution")
+        seq = call.append(Resolved(batch, decision, note))
+        if decision == RESOLVE_COMMITTED:
+            call.remember_job(batch, seq)
+
+    def acknowledge_loss(self, batch: str, note: str) -> tuple[str, ...]:
+        """The operator's acknowledgement of committed records of `batch` that the log proves
+        aborted after their commit (StrandedCommitAborted): the holds of its ids go, so that
+        checks stop raising, and the acknowledgement (ids, note, time) stays in the log's index,
+        which is never purged. Refused unless the log proves the loss. Returns the ids."""
+        if not note.strip():
+            raise ResolutionRefused("an acknowledgement needs a note saying who decided and why")
+        call = DriverCall(self.log, self.control, self.settings)
+        held = [(b, h) for b, h in committed_handles(call.state.batches.values())
+                if b == batch and h.transactional_id in call.state.stranded]
+        proofs = prove_holds(self.control, held)
+        lost = tuple(sorted(t for t, (p, _) in proofs.items() if p is HoldProof.ABORTED))
+        if not lost:
+            raise ResolutionRefused(
+                f"batch {batch} holds no id whose committed records the log proves aborted "
+                f"(held: {sorted(h.transactional_id for _, h in held) or 'none'}): nothing to "
+                "acknowledge; "
+                "`twopc recover` clears a hold once the log proves its records committed")
+        record = {"ids": list(lost), "note": note, "at_ms": self.settings.clock_ms(),
+                  "why": {t: proofs[t][1] for t in lost}}
+        try:
+            self.log.index.create(f"loss:{batch}", record)
+        except KeyExists as exc:
+            raise ResolutionRefused(f"the loss of batch {batch} was acknowledged already "
+                                    f"({self.log.index.get(f'loss:{batch}')})") from exc
+        call.append(Stranded((), lost))
+        return lost

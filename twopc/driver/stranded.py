@@ -1,0 +1,350 @@
+"""Committed transactions whose commit markers the broker dropped: found and released.
+
+Kafka up to 4.3.1 can lose a commit for good when a broker is SIGKILLed while commit markers are
+pending (tests/broker/test_restart_mid_commit.py): after the restart the coordinator records
+CompleteCommit without writing the markers, and the data partitions keep the transaction open.
+Their last stable offset then stays at its first record: read_committed consumers stop there, and
+the records twopc committed are invisible. A retried EndTxn or a fence sends nothing.
+
+The cure is a new transaction on the same transactional id (same producer id, next epoch) that
+adds the stuck partitions and commits (`ControlClient.release_stranded`): its COMMIT markers end
+the stranded transaction as committed. Recovery looks for this after it settled the intents, over
+the committed batches the log still holds: cheap when nothing is stuck (one read_committed
+ListOffsets per leader), exact when something is (DescribeProducers names whose open transaction
+holds a partition back). `verdicts.judge` is the pure decision; `release_stranded_commits` asks and acts,
+after a record that names the ids (docs/design.md section 5).
+
+What the check cannot prove is never taken for settled: a partition whose producer states cannot
+be read (DescribeProducers refused, no leader) may be held open, and so may one whose release
+failed. Such ids stay held in the log (`released` and `stranded` records, folded into
+`LogState.stranded`): no task takes them, and every later check looks at them again until it
+finds them released or settled.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from checkpoint.memo import Memo
+from twopc.control import ControlClient, EndTxnOutcome, EndTxnRequest, ReleaseResult
+from twopc.control.errors import error_name
+from twopc.errors import StrandedCommitAborted
+from twopc.protocol.handle import Handle, PartitionSpan
+from twopc.protocol.holds import (
+    HoldProof,
+    TopicPartition,
+    committed_handles,
+    hold_changes,
+    maybe_held,
+    proof_of,
+    stuck_spans,
+    to_prove,
+    unreadable_spans,
+)
+from twopc.protocol.log_records import LogRecord, Released
+from twopc.protocol.state import BatchState, LogState, TxnKey, txn_key
+from twopc.protocol.verdicts import (
+    Fate,
+    StrandedFate,
+    StrandedVerdict,
+    Verdict,
+    fate_of_log_check,
+    judge,
+)
+
+log = logging.getLogger("twopc.stranded")
+
+# The judging's own polls (after the ListOffsets-only wait below found a partition still held):
+# ask again soon, then back off.
+_FIRST_POLL_S = 0.01
+_POLL_S = 0.2
+# Before judging (which asks the coordinator and each leader's producer states), the partitions
+# that still look held are asked again, ListOffsets alone, for this long: after a commit of 64
+# transactions their markers landed 2-8 ms after the last EndTxn answer on the test broker
+# (benchmarks/README.md section 5), and a partition someone else's open transaction holds costs
+# no more than this before the judging settles it.
+_MARKER_WINDOW_S = 0.03
+# A held id's proof (its log checks) retries a leader that cannot be reached this long at most:
+# unproven, the hold stays, and the next check asks again.
+_PROOF_BUDGET_S = 2.0
+
+
+# ---- the I/O ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StrandedNote:
+    batch: str
+    transactional_id: str
+    fate: StrandedFate
+    reason: str
+    partitions: tuple[TopicPartition, ...] = ()
+    end_at: tuple[int, int] | None = None  # FINISH: the release's (producer id, epoch)
+
+
+@dataclass
+class StrandedReport:
+    checked: int = 0  # handles looked at
+    notes: list[StrandedNote] = field(default_factory=list)
+    releases: dict[str, ReleaseResult] = field(default_factory=dict)
+
+    @property
+    def released(self) -> tuple[str, ...]:
+        return tuple(sorted(t for t, r in self.releases.items() if r.released))
+
+    @property
+    def unreleased(self) -> list[StrandedNote]:
+        """Stranded or possibly stranded transactions left as they are (reported, with why)."""
+        failed = {t for t, r in self.releases.items() if not r.released}
+        acted = (StrandedFate.RELEASE, StrandedFate.FINISH)
+        return [n for n in self.notes if n.fate not in acted or n.transactional_id in failed]
+
+    def merged(self, other: StrandedReport) -> StrandedReport:
+        """Both checks' findings (recovery checks before its sweep and after it commits)."""
+        return StrandedReport(self.checked + other.checked, [*self.notes, *other.notes],
+                              {**self.releases, **other.releases})
+
+    def why(self, note: StrandedNote) -> str:
+        """Why `note`'s transaction is left as it is (its failed release, if one was tried)."""
+        r = self.releases.get(note.transactional_id)
+        if r is not None and not r.released:
+            return f"release failed at {r.step}: {r.error}"
+        return note.reason
+
+    def summary(self) -> str:
+        parts = []
+        if self.released:
+            parts.append(f"released {len(self.released)} stranded commits")
+        for n in self.unreleased:
+            parts.append(f"{n.transactional_id} (batch {n.batch}) {n.fate.value}: {self.why(n)}")
+        return "; ".join(parts)
+
+
+class Door(Protocol):
+    """What the check needs of its driver call (driver/call.py `DriverCall`): the log's state, an
+    append, the control client for its reads, and the release, which only an id a record of the
+    call names may get."""
+
+    @property
+    def state(self) -> LogState: ...
+
+    @property
+    def control(self) -> ControlClient: ...
+
+    def append(self, record: LogRecord) -> int: ...
+
+    def release(self, transactional_id: str, partitions: Sequence[tuple[str, int]],
+                producer_id: int) -> ReleaseResult: ...
+
+    def end_txns(self, requests: Sequence[EndTxnRequest]) -> dict[str, EndTxnOutcome]: ...
+
+
+def release_stranded_commits(call: Door,
+                             batches: Iterable[BatchState], *, wait_ms: int, grace_ms: int,
+                             patient: Collection[str] | None = None,
+                             clock: Callable[[], float] = time.monotonic) -> StrandedReport:
+    """Find the committed handles of `batches` whose partitions their open transaction still holds
+    back (or may: unreadable), wait (bounded) while markers may be on their way, then record and
+    release them; record which ids stay held and which are cleared (`hold_changes`).
+
+    `patient`: the batches whose undecided handles are worth the bounded wait (a commit's own
+    batch); the others are judged on one look, and what is not settled stays held for a later
+    check (None: every batch). So a partition that cannot be read for a while costs the commits
+    that do not touch it nothing but a hold."""
+    batches = list(batches)
+    handles = committed_handles(batches)
+    report = StrandedReport(checked=len(handles))
+    control = call.control
+    if not handles and not call.state.stranded:
+        return report
+    # A span may be held back when its partition's last stable offset is unknown or at or below
+    # its first offset: the latest first offset of each partition tells whether any span there
+    # can be. (The log's retained batches hold thousands of spans, asked after every commit; the
+    # suspects are worked out span by span only when some partition may hold one.)
+    latest: dict[TopicPartition, int] = {}
+    for b in batches:
+        for tp, first in _latest_first_offsets(b).items():
+            if latest.get(tp, -1) < first:
+                latest[tp] = first
+    lso = control.wait_stable(latest, min(_MARKER_WINDOW_S, wait_ms / 1000)) if latest else {}
+    suspects: list[tuple[str, Handle]] = []
+    if any(tp not in lso or lso[tp] <= first for tp, first in latest.items()):
+        suspects = [(b, h) for b, h in handles if any(maybe_held(s, lso) for s in h.spans)]
+    if suspects:  # else the usual case: one ListOffsets per leader
+        _judge_and_release(call, suspects, report, wait_ms, grace_ms, clock, patient)
+    for n in report.unreleased:
+        log.error("a committed transaction still holds partitions open: %s (batch %s): %s",
+                  n.transactional_id, n.batch, report.why(n))
+    unreleased = {n.transactional_id: (n.batch, report.why(n)) for n in report.unreleased}
+    # A hold goes only once the log proves its records committed (issue 30): never silently.
+    candidates = to_prove(call.state, (h for _, h in handles), unreleased)
+    proofs = prove_holds(control, [(b, h) for b, h in handles if h.transactional_id in candidates])
+    changes = hold_changes(call.state, (h for _, h in handles), unreleased,
+                           {t: p for t, (p, _) in proofs.items()})
+    if changes is not None:
+        call.append(changes)
+    lost = {t: why for t, (p, why) in proofs.items() if p is HoldProof.ABORTED}
+    if lost:
+        raise StrandedCommitAborted(
+            [(b, h, lost[h.transactional_id]) for b, h in handles if h.transactional_id in lost])
+    return report
+
+
+def prove_holds(control: ControlClient, handles: Sequence[tuple[str, Handle]]
+           ) -> dict[str, tuple[HoldProof, str]]:
+    """The log checks of every span of the held ids' visible handles: each id's proof, and what
+    the first span that was not committed answered."""
+    verdicts: dict[str, list[Verdict]] = {}
+    why: dict[str, str] = {}
+    for _, h in handles:
+        for s in h.spans:
+            v = fate_of_log_check(control.log_check(s.topic, s.partition, s.first_offset,
+                                                    h.producer_id, h.epoch, s.topic_id,
+                                                    _PROOF_BUDGET_S))
+            verdicts.setdefault(h.transactional_id, []).append(v)
+            if v.fate is not Fate.COMMITTED:
+                why.setdefault(h.transactional_id,
+                               f"{s.topic}[{s.partition}]@{s.first_offset}: {v.reason}")
+    return {t: (proof_of(vs), why.get(t, "")) for t, vs in verdicts.items()}
+
+
+# Per batch, its visible handles and the latest first offset of their spans per partition. A
+# call re-reads the log, but the records it decoded before come back as the same objects
+# (session.py), so a batch whose handles are those of an entry reuses its offsets.
+_latest_memo: Memo[tuple[str, int | None], tuple[tuple[Handle, ...], dict[TopicPartition, int]]] \
+    = Memo(64)
+
+
+def _latest_first_offsets(batch: BatchState) -> dict[TopicPartition, int]:
+    handles = tuple(batch.committed.values())
+    key = (batch.batch, batch.intent_seq)
+    memo = _latest_memo.get(key)
+    if memo is not None and len(memo[0]) == len(handles) and \
+            all(a is b for a, b in zip(memo[0], handles, strict=True)):
+        return memo[1]
+    latest: dict[TopicPartition, int] = {}
+    for h in handles:
+        for s in h.spans:
+            tp = (s.topic, s.partition)
+            if latest.get(tp, -1) < s.first_offset:
+                latest[tp] = s.first_offset
+    _latest_memo.put(key, (handles, latest))
+    return latest
+
+
+def _judge_and_release(call: Door,
+                       suspects: Sequence[tuple[str, Handle]], report: StrandedReport,
+                       wait_ms: int, grace_ms: int, clock: Callable[[], float],
+                       patient: Collection[str] | None) -> None:
+    released = {t: hold.released for t, hold in call.state.stranded.items()}
+    verdicts, stuck = _observe(call.control, suspects, released, wait_ms, grace_ms, clock,
+                               patient)
+    for b, h in suspects:
+        v = verdicts[txn_key(h)]
+        if v.fate is not StrandedFate.SETTLED:
+            report.notes.append(StrandedNote(b, h.transactional_id, v.fate, v.reason, tuple(
+                (s.topic, s.partition) for s in stuck[txn_key(h)]), v.end_at))
+    _finish_releases(call, report)
+    to_release: dict[str, set[TopicPartition]] = {}
+    pids: dict[str, int] = {}
+    for n in report.notes:
+        if n.fate is StrandedFate.RELEASE:
+            to_release.setdefault(n.transactional_id, set()).update(n.partitions)
+    for _, h in suspects:
+        pids[h.transactional_id] = h.producer_id
+    if not to_release:
+        return
+    batches_named = tuple(sorted({n.batch for n in report.notes
+                                  if n.fate is StrandedFate.RELEASE}))
+    # Holds the ids from here on: a release cut short by a crash is retried by a later check.
+    call.append(Released(batches_named, tuple(sorted(to_release)), tuple(
+        (t, topic, p) for t, tps in sorted(to_release.items()) for topic, p in sorted(tps))))
+    for tid, tps in sorted(to_release.items()):
+        report.releases[tid] = call.release(tid, sorted(tps), producer_id=pids[tid])
+
+
+def _finish_releases(call: Door, report: StrandedReport) -> None:
+    """Commit our own releases that were cut short before their EndTxn (verdicts.judge, FINISH),
+    at the epoch the coordinator shows, after a record naming them: never a new release, whose
+    InitProducerId would abort them and the committed records with them."""
+    finish = {n.transactional_id: n for n in report.notes if n.fate is StrandedFate.FINISH}
+    if not finish:
+        return
+    call.append(Released(tuple(sorted({n.batch for n in finish.values()})), tuple(sorted(finish)),
+                         tuple((t, topic, p) for t, n in sorted(finish.items())
+                               for topic, p in sorted(n.partitions))))
+    requests = []
+    for tid, n in sorted(finish.items()):
+        assert n.end_at is not None
+        requests.append(EndTxnRequest(tid, n.end_at[0], n.end_at[1], True))
+    answers = call.end_txns(requests)
+    for r in requests:
+        a = answers.get(r.transactional_id)
+        error = None if a is not None and a.committed else (
+            "no answer" if a is None else a.error or a.kind.value)
+        report.releases[r.transactional_id] = ReleaseResult(
+            r.transactional_id, r.producer_id, r.epoch, finish[r.transactional_id].partitions,
+            error, "end_txn" if error else "")
+
+
+def _observe(control: ControlClient, suspects: Sequence[tuple[str, Handle]],
+             released: Mapping[str, frozenset[TopicPartition]], wait_ms: int,
+             grace_ms: int, clock: Callable[[], float], patient: Collection[str] | None
+             ) -> tuple[dict[TxnKey, StrandedVerdict], dict[TxnKey, list[PartitionSpan]]]:
+    """Ask until every suspect is settled or proven stranded twice, `grace_ms` apart, or until
+    `wait_ms` ran out (then what is still waiting is reported as such)."""
+    start = clock()
+    delay = _FIRST_POLL_S
+    first_release: dict[TxnKey, float] = {}
+    while True:
+        now = clock()
+        # The coordinator first: once it shows a completed state, every marker was acknowledged,
+        # so a partition still held open after that lost its marker.
+        desc = control.describe_transactions(sorted({h.transactional_id for _, h in suspects}))
+        # A partition whose leader is down is retried only within what is left of the wait: it
+        # stays unreadable (never settled), and held.
+        budget = max(0.5, wait_ms / 1000 - (now - start))
+        lso = control.last_stable_offsets(sorted({(s.topic, s.partition)
+                                                  for _, h in suspects for s in h.spans}), budget)
+        held = sorted({(s.topic, s.partition) for _, h in suspects for s in h.spans
+                       if maybe_held(s, lso)})
+        states = control.describe_producers(held, budget) if held else {}
+        open_at: dict[TopicPartition, list[tuple[int, int]]] = {
+            tp: [(a.producer_id, a.current_txn_start_offset) for a in state.producers]
+            for tp, state in states.items() if not state.error_code}
+        errors = {tp: "no answer" for tp in held if tp not in states}
+        errors.update({tp: error_name(state.error_code) for tp, state in states.items()
+                       if state.error_code})
+        verdicts: dict[TxnKey, StrandedVerdict] = {}
+        stuck: dict[TxnKey, list[PartitionSpan]] = {}
+        for _, h in suspects:
+            k = txn_key(h)
+            stuck[k] = stuck_spans(h, lso, open_at)
+            verdicts[k] = judge(h, desc.get(h.transactional_id), stuck[k],
+                                unreadable_spans(h, lso, errors),
+                                released.get(h.transactional_id, frozenset()))
+        pending = False
+        waits_for = {txn_key(h) for b, h in suspects if patient is None or b in patient}
+        for k, v in verdicts.items():
+            if v.fate is StrandedFate.RELEASE:
+                first_release.setdefault(k, now)
+                pending |= now - first_release[k] < grace_ms / 1000
+            else:
+                first_release.pop(k, None)
+                pending |= v.fate is StrandedFate.WAIT and k in waits_for
+        out_of_time = now - start >= wait_ms / 1000
+        if not pending or out_of_time:
+            for k, v in verdicts.items():
+                if v.fate is StrandedFate.RELEASE and now - first_release[k] < grace_ms / 1000:
+                    verdicts[k] = StrandedVerdict(StrandedFate.WAIT, "seen stranded only once "
+                                                  f"within {wait_ms} ms: " + v.reason)
+                elif v.fate is StrandedFate.WAIT:
+                    verdicts[k] = StrandedVerdict(StrandedFate.WAIT, f"still after {wait_ms} ms: "
+                                                  + v.reason)
+            return verdicts, stuck
+        time.sleep(delay)
+        delay = min(delay * 2, _POLL_S)

@@ -1,0 +1,124 @@
+"""Stranded commits, the pure part: which spans a committed handle still holds open, which
+batches a check looks at, and which holds a check leaves (docs/design.md section 8).
+
+The I/O (asking the leaders, releasing) is twopc/driver/stranded.py; the judgement of one
+handle is `verdicts.judge`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from twopc.protocol.enums import TextEnum
+from twopc.protocol.handle import Handle, PartitionSpan
+from twopc.protocol.log_records import Stranded
+from twopc.protocol.state import BatchState, BatchStatus, LogState, txn_key
+from twopc.protocol.verdicts import Fate, Verdict
+
+TopicPartition = tuple[str, int]
+
+
+# A partition that no longer exists holds nothing open (its records went with it).
+_GONE = "UNKNOWN_TOPIC_OR_PARTITION"
+
+
+def stuck_spans(handle: Handle, lso: Mapping[TopicPartition, int],
+                open_at: Mapping[TopicPartition, Iterable[tuple[int, int]]]) -> list[PartitionSpan]:
+    """The handle's spans whose partition is held back by the handle's own open transaction:
+    last stable offset at or below the span's first offset (or unknown), and the partition's
+    producer state showing this producer id with a transaction open from exactly that offset.
+    `open_at` maps a partition to its (producer id, open transaction's first offset) pairs."""
+    out: list[PartitionSpan] = []
+    for s in handle.spans:
+        tp = (s.topic, s.partition)
+        if maybe_held(s, lso) and \
+                (handle.producer_id, s.first_offset) in set(open_at.get(tp, ())):
+            out.append(s)
+    return out
+
+
+def unreadable_spans(handle: Handle, lso: Mapping[TopicPartition, int],
+                     errors: Mapping[TopicPartition, str]) -> list[str]:
+    """Why some of the handle's spans cannot be judged: the partition may be held back there (last
+    stable offset at or below the span, or unknown) and its producer states could not be read
+    (`errors`: the DescribeProducers answer by partition). A partition that no longer exists
+    holds nothing back."""
+    out: list[str] = []
+    for s in handle.spans:
+        why = errors.get((s.topic, s.partition))
+        if maybe_held(s, lso) and why is not None and why != _GONE:
+            out.append(f"{s.topic}[{s.partition}]: DescribeProducers answered {why}")
+    return out
+
+
+def maybe_held(s: PartitionSpan, lso: Mapping[TopicPartition, int]) -> bool:
+    tp = (s.topic, s.partition)
+    return tp not in lso or lso[tp] <= s.first_offset
+
+
+def to_check(batches: Iterable[BatchState], only: Iterable[str] | None,
+             held: Iterable[str]) -> list[BatchState]:
+    """The committed or partly committed batches whose markers a check looks at: those in `only`
+    (all if None), and every one with a visible handle on a `held` id (until a check clears it)."""
+    wanted = None if only is None else set(only)
+    ids = set(held)
+    return [b for b in batches if b.status in (BatchStatus.COMMITTED, BatchStatus.PARTIAL)
+            and (wanted is None or b.batch in wanted
+                 or any(h.transactional_id in ids for h in b.committed.values()))]
+
+
+class HoldProof(TextEnum):
+    """What the log itself says of a held id's committed records, span by span (log checks)."""
+
+    COMMITTED = "committed"  # every span ended committed: the hold may go
+    ABORTED = "aborted"  # a span ended aborted: committed records are lost (loud)
+    UNPROVEN = "unproven"  # not stable yet, or the log cannot tell: the hold stays
+
+
+def proof_of(verdicts: Iterable[Verdict]) -> HoldProof:
+    """One held id's proof from the log checks of every span of its visible handles."""
+    fates = [v.fate for v in verdicts]
+    if Fate.ABORTED in fates:
+        return HoldProof.ABORTED
+    if fates and all(f is Fate.COMMITTED for f in fates):
+        return HoldProof.COMMITTED
+    return HoldProof.UNPROVEN
+
+
+def to_prove(state: LogState, checked: Iterable[Handle],
+             unreleased: Mapping[str, tuple[str, str]]) -> tuple[str, ...]:
+    """The held ids this check found holding nothing open: a hold goes only once the log proves
+    each of their spans ended committed (`hold_changes`)."""
+    looked = {txn_key(h) for h in checked}
+    visible = committed_handles(state.batches.values())
+    return tuple(sorted(
+        t for t in state.stranded if t not in unreleased
+        and all(txn_key(h) in looked for _, h in visible if h.transactional_id == t)))
+
+
+def hold_changes(state: LogState, checked: Iterable[Handle],
+                 unreleased: Mapping[str, tuple[str, str]],
+                 proofs: Mapping[str, HoldProof]) -> Stranded | None:
+    """The `stranded` record a check must leave, or None if the holds stand as they are.
+
+    `unreleased` maps each id the check found still holding partitions open (not released) to
+    (batch, reason): held from now on. An id held before is cleared once the check looked at every
+    visible handle on it (`checked`), found none left open, and the log proved every span of
+    them committed (`proofs`, from `to_prove`): a hold that ended any other way (a release cut
+    short and then aborted by its timeout, an operator's abort) is never cleared silently.
+    """
+    if not unreleased and not state.stranded:
+        return None  # nothing held before, nothing found: the usual case after a commit
+    held = tuple(sorted((b, t, why) for t, (b, why) in unreleased.items()
+                        if t not in state.stranded))
+    cleared = tuple(t for t in to_prove(state, checked, unreleased)
+                    if proofs.get(t) is HoldProof.COMMITTED)
+    return Stranded(held, cleared) if held or cleared else None
+
+
+def committed_handles(batches: Iterable[BatchState]) -> list[tuple[str, Handle]]:
+    """(batch, handle) for every visible handle of the committed or partly committed batches."""
+    return [(b.batch, h) for b in batches
+            if b.status in (BatchStatus.COMMITTED, BatchStatus.PARTIAL)
+            for _, h in sorted(b.committed.items())]
+

@@ -1,0 +1,277 @@
+"""A micro-batch's source offsets, committed to a consumer group inside the batch's transactions
+(`twopc.commitSourceOffsets`, KIP-618 / KIP-656 style; docs/spark.md, "Source offsets").
+
+The driver knows, before its intent, the batch's end offsets (Spark's offsets log) and the
+(transactional id, producer id, epoch) of every pre-committed transaction. Kafka lets any
+connection act for a transactional id given its producer id and epoch, so the control client adds
+the offsets to one of the batch's own transactions, the *carrier*: AddOffsetsToTxn at its
+transaction coordinator, then TxnOffsetCommit at the group's coordinator. From then on the offsets
+share the carrier's fate: visible to the group when it commits (by the commit call or by
+recovery's roll-forward), gone when it aborts (a fence, a timeout). The carrier is the transaction
+the coordinator commits last (coordinator.py commits the first alone, then the middle, then the
+last; recovery commits carriers after the rest), so the group's offsets move with the batch's last
+records, never before the others. The intent names the carrier and the offsets.
+
+A batch whose partitions are all empty has no transaction of its own: its intent names the offsets
+and a pool id (`alone_id`) as their carrier, and after the intent the driver commits them in a
+transaction of their own on that id (twopc/driver/source_offsets.py `commit_alone`, which says why
+not a plain OffsetCommit: a late copy of one could move the group back); recovery does it again for
+such an intent left without outcome. Intents written before that name no carrier: recovery
+chooses the id then, and names it in its own record first.
+
+Pure; the requests are in twopc/driver/source_offsets.py.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from twopc.control.errors import error_name
+from twopc.errors import TwopcError
+from twopc.protocol import plain as pd
+from twopc.protocol.enums import TextEnum
+from twopc.protocol.handle import Handle
+from twopc.protocol.pool import transactional_id
+from twopc.protocol.verdicts import Fate
+
+if TYPE_CHECKING:
+    pass
+
+# (topic, partition, offset): the offset is the next one to read, as a consumer commits it.
+TopicOffset = tuple[str, int, int]
+
+
+class SourceOffsetsError(TwopcError):
+    """A micro-batch's source offsets could not be read, or could not be committed with it."""
+
+
+class SourceOffsetsRefused(SourceOffsetsError):
+    """The cluster refused to take the offsets into the batch's transaction: the batch was aborted
+    whole (nothing of it visible, the group's offsets unchanged)."""
+
+    def __init__(self, batch: str, group: str, reason: str) -> None:
+        self.batch = batch
+        self.group = group
+        self.reason = reason
+        super().__init__(
+            f"batch {batch} was not committed and its transactions were fenced: the source offsets "
+            f"could not be added to its transaction for group {group!r}: {reason}. Nothing of the "
+            "batch is visible and the group's offsets did not move; fix the cause and restart the "
+            "query (it re-runs the batch)")
+
+
+@dataclass(frozen=True)
+class SourceOffsets:
+    """The end offsets of a micro-batch per source partition, for consumer group `group`.
+
+    `carrier`: the transactional id whose transaction carries them (recorded in the intent): one
+    of the batch's, or for a batch without records the id of their own transaction (`alone_id`).
+    None before one is chosen (and in intents of batches without records written before issue
+    30, item 6, committed with a plain OffsetCommit)."""
+
+    group: str
+    offsets: tuple[TopicOffset, ...]
+    carrier: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.group:
+            raise ValueError("a consumer group id must not be empty")
+        seen: set[tuple[str, int]] = set()
+        for topic, partition, offset in self.offsets:
+            if (topic, partition) in seen:
+                raise ValueError(f"{topic}-{partition} appears twice in the source offsets")
+            seen.add((topic, partition))
+            if offset < 0 or partition < 0:
+                raise ValueError(f"{topic}-{partition}: offset {offset} cannot be committed")
+
+    def with_carrier(self, carrier: str | None) -> SourceOffsets:
+        return replace(self, carrier=carrier)
+
+    def as_dict(self) -> dict[tuple[str, int], int]:
+        return {(t, p): o for t, p, o in self.offsets}
+
+    def to_obj(self) -> dict[str, Any]:
+        return {"group": self.group, "offsets": [[t, p, o] for t, p, o in self.offsets],
+                "carrier": self.carrier}
+
+    @classmethod
+    def from_obj(cls, obj: Any) -> SourceOffsets:
+        """Read stored offsets back strictly (twopc/plain.py); ValueError names the field."""
+        obj = pd.mapping(obj, "source offsets")
+        rows = []
+        for raw in pd.items(pd.field(obj, "offsets", "source offsets' offsets"), "offsets"):
+            topic, partition, offset = pd.row(raw, "source offset", 3)
+            rows.append((pd.text(topic, "source topic"),
+                         pd.integer(partition, "source partition", 0, pd.INT32_MAX),
+                         pd.integer(offset, "source offset")))
+        return cls(pd.text(pd.field(obj, "group", "source offsets' group"), "group"), tuple(rows),
+                   pd.opt_text(obj.get("carrier"), "carrier"))
+
+
+def normalized(group: str, offsets: Iterable[TopicOffset]) -> SourceOffsets:
+    return SourceOffsets(group, tuple(sorted(offsets)))
+
+
+# ---- Spark's offsets log ------------------------------------------------------------------------
+
+_VOID = "-"  # a source without an offset in this batch
+
+
+def parse_spark_offsets(text: str, where: str) -> tuple[TopicOffset, ...]:
+    """The end offsets of the Kafka sources in one file of Spark's offsets log
+    (`<checkpointLocation>/offsets/<batchId>`): a version line `v1` or `v2`, a metadata line, then
+    one line per source: its offset's JSON (`v1`; `-` for none) or `<source id>:<JSON>` (`v2`).
+
+    Spark's Kafka source writes `{"topic": {"partition": offset, ...}, ...}`; other sources' lines
+    have another shape and are passed over. The same partition in two sources must agree.
+    SourceOffsetsError names the file and the problem."""
+    lines = [ln.strip() for ln in text.splitlines()]
+    lines = [ln for ln in lines if ln]
+    if len(lines) < 2 or lines[0] not in ("v1", "v2"):
+        head = lines[0] if lines else "an empty file"
+        raise SourceOffsetsError(f"{where} is not a Spark offsets log file of version v1 or v2 "
+                                 f"(it starts with {head[:40]!r})")
+    found: dict[tuple[str, int], int] = {}
+    for line in lines[2:]:
+        raw = line.split(":", 1)[1] if lines[0] == "v2" and ":" in line else line
+        if raw == _VOID:
+            continue
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise SourceOffsetsError(f"{where}: a source offset is not JSON ({exc}): "
+                                     f"{raw[:200]!r}") from None
+        for (topic, partition), offset in (_kafka_offsets(value) or {}).items():
+            if found.setdefault((topic, partition), offset) != offset:
+                raise SourceOffsetsError(
+                    f"{where}: two Kafka sources read {topic}-{partition} and end at different "
+                    f"offsets ({found[(topic, partition)]} and {offset}); one consumer group "
+                    "cannot hold both: read the topic once")
+    if not found:
+        raise SourceOffsetsError(
+            f"{where} names no offsets of Spark's Kafka source: twopc.commitSourceOffsets needs a "
+            "query that reads Kafka (spark.readStream.format('kafka'))")
+    bad = sorted((tp, o) for tp, o in found.items() if o < 0)
+    if bad:
+        raise SourceOffsetsError(f"{where}: Spark's offsets log holds unresolved offsets {bad[:5]}"
+                                 " (negative): they cannot be committed to a group")
+    return tuple(sorted((t, p, o) for (t, p), o in found.items()))
+
+
+def _kafka_offsets(value: Any) -> dict[tuple[str, int], int] | None:
+    """`{"topic": {"0": 12, ...}}` -> {(topic, 0): 12}; None for any other shape."""
+    if not isinstance(value, dict) or not value:
+        return None
+    out: dict[tuple[str, int], int] = {}
+    for topic, parts in value.items():
+        if not isinstance(parts, dict) or not parts:
+            return None
+        for partition, offset in parts.items():
+            if not (isinstance(partition, str) and partition.isdigit()) or \
+                    isinstance(offset, bool) or not isinstance(offset, int):
+                return None
+            out[(str(topic), int(partition))] = offset
+    return out
+
+
+# ---- which transaction carries them -------------------------------------------------------------
+
+
+def carrier_of(handles: Sequence[Handle]) -> Handle | None:
+    """The transaction that carries a batch's offsets: the one the coordinator commits last
+    (coordinator.py `_end_in_order`), so the offsets never become visible before the rest of the
+    batch. None: the batch has no transaction."""
+    return handles[-1] if handles else None
+
+
+class CarrierAction(TextEnum):
+    COMMIT = "commit"  # every other transaction of the batch is proven committed
+    FENCE = "fence"  # another was aborted: the group must not move past its source records
+    WAIT = "wait"  # another is not proven either way: leave the carrier open, nothing guessed
+
+
+def carrier_action(others: Iterable[Fate]) -> CarrierAction:
+    """What to do with an open carrier, given the fates of the batch's other transactions.
+
+    The carrier moves the group past the batch's source records; a consumer failing over from
+    the group then skips them. So it commits only once every other transaction of the batch is
+    proven committed; if one was aborted (the earliest tasks' transactions time out first), the
+    carrier is fenced and the offsets move only with the repair that makes every record visible.
+    """
+    fates = list(others)
+    if any(f is Fate.ABORTED for f in fates):
+        return CarrierAction.FENCE
+    if all(f is Fate.COMMITTED for f in fates):
+        return CarrierAction.COMMIT
+    return CarrierAction.WAIT
+
+
+def alone_id(prefix: str, in_use: Collection[str]) -> str:
+    """The pool id whose transaction carries the offsets of a batch without records:
+    `{prefix}-0-{slot}`, the first slot that no pending intent names and no stranded commit holds
+    (a pool id, so a sweep fences a transaction an interrupted driver left open on it). Tasks may
+    take it later, once the batch's outcome is recorded, as any resolved id."""
+    slot = 0
+    while transactional_id(prefix, 0, slot) in in_use:
+        slot += 1
+    return transactional_id(prefix, 0, slot)
+
+
+def needs_offsets(recorded: SourceOffsets | None, visible_ids: Iterable[str]) -> bool:
+    """Must the commit of a partly visible batch's re-run carry the offsets again? Not if the
+    visible part already did (its carrier committed)."""
+    if recorded is None or recorded.carrier is None:
+        return True
+    return recorded.carrier not in set(visible_ids)
+
+
+# ---- the broker's answers -----------------------------------------------------------------------
+
+_GROUP_HAS_MEMBERS = frozenset({"ILLEGAL_GENERATION", "UNKNOWN_MEMBER_ID", "FENCED_INSTANCE_ID",
+                                "REBALANCE_IN_PROGRESS", "STALE_MEMBER_EPOCH",
+                                "FENCED_MEMBER_EPOCH", "GROUP_ID_NOT_FOUND"})
+_TXN_GONE = frozenset({"INVALID_PRODUCER_EPOCH", "PRODUCER_FENCED", "INVALID_TXN_STATE",
+                       "TRANSACTION_ABORTABLE", "INVALID_PRODUCER_ID_MAPPING",
+                       "UNKNOWN_PRODUCER_ID"})
+
+
+def explain(code: int, group: str, where: str) -> str:
+    """What an error answer means for the offsets of `group` (at `where`) and what to do."""
+    name = error_name(code)
+    if name == "UNKNOWN_TOPIC_OR_PARTITION":
+        return (f"{where}: UNKNOWN_TOPIC_OR_PARTITION: the cluster written to keeps group offsets "
+                "only for topics and partitions it has. With a source on another cluster, create "
+                "a topic of the same name with at least as many partitions there (a mirror of it), "
+                "or drop twopc.commitSourceOffsets")
+    if name in _GROUP_HAS_MEMBERS:
+        return (f"{where}: {name}: group {group!r} has active members; twopc commits its offsets "
+                "as a group without members, so give it a group id that no running consumer uses")
+    if name == "GROUP_AUTHORIZATION_FAILED":
+        return f"{where}: {name}: grant READ on group {group!r} to the writing principal"
+    if name == "TOPIC_AUTHORIZATION_FAILED":
+        return f"{where}: {name}: grant READ on the source topic on the cluster written to"
+    if name in _TXN_GONE:
+        return (f"{where}: {name}: the transaction was fenced or aborted meanwhile (another "
+                "process holds the id, or it timed out)")
+    return f"{where}: {name}"
+
+
+def refusals(answers: Mapping[tuple[str, int], int], wanted: Sequence[TopicOffset],
+             group: str) -> list[str]:
+    """Every partition of `wanted` that a TxnOffsetCommit/OffsetCommit answer did not accept."""
+    out: list[str] = []
+    for topic, partition, _ in wanted:
+        code = answers.get((topic, partition))
+        if code is None:
+            out.append(f"{topic}-{partition}: no answer")
+        elif code != 0:
+            out.append(explain(code, group, f"{topic}-{partition}"))
+    return out
+
+
+# ---- asking the broker ----------------------------------------------------------------------------
+
+

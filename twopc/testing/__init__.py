@@ -1,1 +1,0 @@
-"""Test support shipped with twopc: helpers that tests, benchmarks and the demo share (no fakes here)."""
