@@ -53,6 +53,7 @@ from twopc.executor.rows import (
 from twopc.executor.write_errors import (
     BrokerSecurityError,
     DeliveryError,
+    EpochWithoutHeadroom,
     IdentificationError,
     ProducerError,
     RowError,
@@ -68,6 +69,7 @@ __all__ = [
     "BrokerSecurityError",
     "Columns",
     "DeliveryError",
+    "EpochWithoutHeadroom",
     "IdentificationError",
     "ProducerError",
     "Row",
@@ -165,7 +167,7 @@ class _Transaction:
         # Starting takes a broker round trip or three; the caller's rows (often converted from
         # Arrow on the fly) are read ahead meanwhile. Nothing is produced before the begin.
         starter = Starter(self.producer, default_topic, self.timeout_ms / 1000, self.security,
-                           self.tid)
+                           self.tid, control)
         try:
             ahead = read_ahead(iterator, starter)
         except BaseException:
