@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from twopc.control import messages as m
+from twopc.control import txn_messages as tm
 from twopc.control.errors import ERROR_CODES, error_name
 from twopc.control.messages import ApiKey
 from twopc.control.protocol import Reader
@@ -129,8 +130,8 @@ def _init_until(bootstrap: str, tid: str, done: Callable[[int, int], bool], time
     calls = 0
     try:
         while True:
-            body = m.encode_init_producer_id(_INIT_VERSION, tid, timeout_ms)
-            answer = m.decode_init_producer_id(
+            body = tm.encode_init_producer_id(_INIT_VERSION, tid, timeout_ms)
+            answer = tm.decode_init_producer_id(
                 _INIT_VERSION, conn.call(ApiKey.INIT_PRODUCER_ID, _INIT_VERSION, body))
             calls += 1
             if time.monotonic() > deadline:

@@ -10,13 +10,15 @@ CompleteAbort with the new id at epoch 0). On kafka4-tv0 and kafka3.9 the abort 
 and the next InitProducerId rotates.
 
 Each test drives one id of the pool to epoch 32765 (tests/driver/epochs.py, about 15-25 s), so that
-the writer's `init_transactions` is answered with 32766, the last epoch before exhaustion, then
+a plain `init_transactions` would be answered with 32766, the last epoch before exhaustion, then
 runs twopc across the rotation with the exactly-once audit.
 
-Two tests fail on today's code (strict xfail, see their reasons): a committed transaction at epoch
-32766 can no longer be released if its markers are dropped (section 8 of docs/design.md), because
-the release's InitProducerId rotates the producer id, and only the same producer id's markers end
-the stranded transaction.
+A committed transaction at epoch 32766 could not be released if its markers were dropped (section
+8 of docs/design.md): the release's InitProducerId rotates the producer id, and only the same
+producer id's markers end the stranded transaction. So the writer never pre-commits a transaction
+above epoch 32766 - RELEASE_RESERVE (twopc/protocol/epochs.py): near the end it has the broker
+rotate the producer id before its init (twopc/executor/headroom.py). The two release tests prove
+it (they failed before the guard: strict xfail before commit 9992f25).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from twopc.control.logcheck import LogOutcome
 from twopc.errors import StrandedUnreleased
 from twopc.log.session import Session
 from twopc.ops.audit import partition_offsets, wait_until_stable
+from twopc.protocol.epochs import releasable
 from twopc.protocol.handle import Handle, ResultKind, WriteResult
 from twopc.protocol.log_records import Prepared
 from twopc.protocol.pool import transactional_id
@@ -52,14 +55,7 @@ BEFORE_EDGE = EXHAUSTED - 1
 
 
 class Unreleased(AssertionError):
-    """A committed transaction that twopc could not release (what the xfail tests expect)."""
-
-
-UNRELEASABLE = pytest.mark.xfail(
-    strict=True, raises=Unreleased,
-    reason="issue 31 A.1: the writer takes a handle at epoch 32766 (exhausted); releasing a "
-           "stranded commit starts with InitProducerId, which then rotates the producer id "
-           "(PRODUCER_ID_CHANGED), and no other producer id's markers can end it")
+    """A committed transaction that twopc could not release (how the release tests fail)."""
 
 
 def _drive_edge(scenario: Scenario, p: int = 0, slot: int = 0) -> tuple[str, int]:
@@ -125,9 +121,10 @@ def test_prepare_and_commit_across_the_rotation(scenario: Scenario,
     assert second is not None
     h1 = _handle(second, 0)
     _identified(control, h1)
-    # By now the id has crossed its rotation (today in batch 1's init_transactions: producer id
-    # `pid` at 32766 in batch 0, a new one at epoch 0 in batch 1).
-    assert h1.producer_id != pid, (pid, h0, h1)
+    # The writer rotated the id before batch 0's init (a plain init would have given `pid` at
+    # 32766, which no release could follow): both batches are on the new producer id.
+    assert h0.producer_id != pid and releasable(h0.epoch), (pid, h0)
+    assert h1.producer_id == h0.producer_id and h1.epoch == h0.epoch + 1, (h0, h1)
     assert _ok(scenario.drive("commit", "1", second)) == "committed"
 
     # The log check finds each transaction by its own producer id and epoch, either side of it.
@@ -151,14 +148,16 @@ def test_crash_after_the_intent_at_the_edge(case: str, scenario: Scenario,
                                             control: ControlClient) -> None:
     """The driver SIGKILLed after the intent (or after the edge id's EndTxn, which goes first);
     with `timeout` the transactions then time out, with `fenced` the edge id is fenced (as a
-    zombie's init_transactions would): the coordinator aborts the edge id's transaction and, at
-    32766, rotates its producer id (on transaction version 2 in the abort itself). Recovery must
-    find the handle's own producer: roll forward, the log's commit, or the log's abort."""
+    zombie's init_transactions would): the coordinator aborts the edge id's transaction, and the
+    idle id is then walked across its producer-id rotation (the writer's guard keeps handles away
+    from 32766, where the abort itself used to rotate it). Recovery must find the handle's own
+    producer: roll forward, the log's commit, or the log's abort."""
     edge, pid = _drive_edge(scenario)
     timeout_ms = 6000 if case == "timeout" else None
     results = scenario.write_real("0", timeout_ms=timeout_ms)
     h0 = _handle(results, 0)
     _identified(control, h0)
+    assert h0.producer_id != pid and releasable(h0.epoch), (pid, h0)
     assert results is not None
     point = "after_endtxn_1" if case == "after_endtxn_1" else "after_intent"
     assert scenario.drive("commit", "0", results, crash_at=f"coordinator.{point}",
@@ -172,6 +171,11 @@ def test_crash_after_the_intent_at_the_edge(case: str, scenario: Scenario,
         after = _after_markers(control, edge)
         assert after.state in (TxnState.EMPTY, TxnState.COMPLETE_ABORT), after
         assert not after.holds(h0.producer_id, h0.epoch), after
+        # The writer rotated the id before its init, so the handle is far from the end and the
+        # abort kept its producer id. Walk the idle id across its rotation now: recovery must
+        # still find the handle's own producer (in the log) when the coordinator knows another.
+        crossed = rotate(scenario.broker.bootstrap_servers, edge, h0.producer_id)
+        assert crossed.producer_id not in (pid, h0.producer_id), crossed
 
     coord = scenario.driver(control)
     report = coord.recover()
@@ -204,16 +208,16 @@ def test_crash_after_the_intent_at_the_edge(case: str, scenario: Scenario,
     scenario.audit()
 
 
-@UNRELEASABLE
 @pytest.mark.all_variants
 def test_a_committed_handle_at_the_edge_stays_releasable(scenario: Scenario,
                                                          control: ControlClient) -> None:
     """What section 8 relies on, on every variant (kafka3.9 cannot be made to drop markers): a
     committed transaction can still be ended by its own producer id, so a commit whose markers a
     broker dropped can be released. Releasing a commit whose markers landed writes markers only."""
-    _drive_edge(scenario)
+    _, pid = _drive_edge(scenario)
     results = scenario.write_real("0")
     h0 = _handle(results, 0)
+    assert h0.producer_id != pid and releasable(h0.epoch), (pid, h0)  # rotated before the init
     assert results is not None
     assert _ok(scenario.drive("commit", "0", results)) == "committed"
     released = control.release_stranded(h0.transactional_id,
@@ -271,7 +275,6 @@ def _strand(scenario: Scenario, attempt: int, tid: str) -> Handle | None:
     pytest.fail(f"{h.transactional_id}: neither completed nor stranded after the restart")
 
 
-@UNRELEASABLE
 @pytest.mark.timeout(2400)
 @pytest.mark.only_variants("kafka4-tv2", "kafka4-tv0")
 def test_a_stranded_commit_at_the_edge_is_released(scenario: Scenario) -> None:
@@ -284,7 +287,7 @@ def test_a_stranded_commit_at_the_edge_is_released(scenario: Scenario) -> None:
             drive_epochs(scenario.broker.bootstrap_servers, ids[attempt:attempt + 4], BEFORE_EDGE)
         stuck = _strand(scenario, attempt, ids[attempt])
         with ControlClient(scenario.broker.config()) as control:
-            # Today recovery raises: "release failed at init_producer_id: PRODUCER_ID_CHANGED".
+            # Before the writer's guard: "release failed at init_producer_id: PRODUCER_ID_CHANGED".
             try:
                 report = scenario.driver(control).recover()
             except StrandedUnreleased as exc:
