@@ -5,11 +5,13 @@ brokers by tests/driver/test_epoch_rotation.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from twopc.control import TxnState
+from twopc.control import ControlClient, FenceResult, TxnState
+from twopc.driver.source_offsets import begin_with_headroom
 from twopc.protocol.epochs import (
     EPOCH_EXHAUSTED,
     HIGHEST_HANDLE_EPOCH,
@@ -112,3 +114,28 @@ def test_the_boundaries() -> None:
     assert rotate_before_init(TxnState.EMPTY, HIGHEST_HANDLE_EPOCH - 2)
     assert not rotate_before_init(TxnState.UNKNOWN_ID, -1)
     assert rotation_calls(EPOCH_EXHAUSTED) >= 1 and rotation_calls(EPOCH_MAX) >= 1
+
+
+class _Fencing:
+    """A control client whose InitProducerIds go to the model coordinator."""
+
+    def __init__(self, found: Coordinator) -> None:
+        self.id = found
+        self.calls = 0
+
+    def fence(self, ids: list[str], timeout_ms: int = 60000) -> dict[str, FenceResult]:
+        self.id = self.id.init()
+        self.calls += 1
+        return {tid: FenceResult(tid, self.id.producer_id, self.id.epoch) for tid in ids}
+
+
+@given(ids())
+def test_an_offsets_transaction_keeps_its_closing_and_redo_epochs(found: Coordinator) -> None:
+    """source_offsets.commit_alone's transaction: its epoch, the closing InitProducerId's and a
+    redo's stay on one producer id (a redo's marker must be that producer id's)."""
+    control = _Fencing(found)
+    began = begin_with_headroom(cast(ControlClient, control), "q-0-0")
+    assert began.fenced and releasable(began.epoch + 1), (found, began)
+    assert control.calls <= RELEASE_RESERVE + 5
+    if found.epoch < HIGHEST_HANDLE_EPOCH - 4 or found.state is TxnState.UNKNOWN_ID:
+        assert control.calls == 1
