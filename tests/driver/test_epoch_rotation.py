@@ -24,12 +24,13 @@ it (they failed before the guard: strict xfail before commit 9992f25).
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 from twopc_testing.txn_producer import run_txn_producer
 
-from tests.driver.epochs import EXHAUSTED, drive_epochs, rotate
+from tests.driver.epochs import EXHAUSTED, drive_epochs, drive_one, rotate
 from tests.driver.support import Scenario, wait_not_ongoing
 from twopc.control import (
     ControlClient,
@@ -42,7 +43,7 @@ from twopc.control.logcheck import LogOutcome
 from twopc.errors import StrandedUnreleased
 from twopc.log.session import Session
 from twopc.ops.audit import partition_offsets, wait_until_stable
-from twopc.protocol.epochs import releasable
+from twopc.protocol.epochs import HIGHEST_HANDLE_EPOCH, releasable
 from twopc.protocol.handle import Handle, ResultKind, WriteResult
 from twopc.protocol.log_records import Prepared
 from twopc.protocol.pool import transactional_id
@@ -375,3 +376,32 @@ def test_the_coordinator_aborting_at_the_edge(end: str, scenario: Scenario,
     old = [a for a in state.producers if a.producer_id == pid]
     assert [(a.producer_epoch, a.current_txn_start_offset) for a in old] == [(EXHAUSTED + 1, -1)]
     scenario.audit()  # nothing of it visible
+
+
+@pytest.mark.all_variants
+def test_the_writer_rotates_only_near_the_end(scenario: Scenario,
+                                              control: ControlClient) -> None:
+    """The guard's boundary on the broker: an idle id whose init would stay within the headroom
+    even on an Ongoing id (epoch HIGHEST_HANDLE_EPOCH - 3) keeps its producer id; one epoch later
+    the writer rotates it before its init (twopc/protocol/epochs.py `rotate_before_init`)."""
+    bootstrap = scenario.broker.bootstrap_servers
+    keep, turn = transactional_id(scenario.prefix, 0, 0), transactional_id(scenario.prefix, 1, 0)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        kept_f = pool.submit(drive_one, bootstrap, keep, HIGHEST_HANDLE_EPOCH - 3)
+        turned_f = pool.submit(drive_one, bootstrap, turn, HIGHEST_HANDLE_EPOCH - 2)
+        kept, turned = kept_f.result(), turned_f.result()
+    results = scenario.write_real("0", [scenario.txn("0", 0), scenario.txn("0", 1)])
+    h_keep, h_turn = _handle(results, 0), _handle(results, 1)
+    assert (h_keep.producer_id, h_keep.epoch) == (kept.producer_id, HIGHEST_HANDLE_EPOCH - 2)
+    assert h_turn.producer_id != turned.producer_id and h_turn.epoch <= 1, (turned, h_turn)
+    assert releasable(h_keep.epoch) and releasable(h_turn.epoch)
+    assert results is not None
+    assert _ok(scenario.drive("commit", "0", results)) == "committed"
+    for h in (h_keep, h_turn):  # each stays releasable after its commit
+        released = control.release_stranded(h.transactional_id,
+                                             [(s.topic, s.partition) for s in h.spans],
+                                             producer_id=h.producer_id)
+        assert released.released and released.epoch == h.epoch + 1, released
+    for p in (0, 1):  # the two partitions written
+        scenario.expected.setdefault(scenario.topic_of(p), set()).update(scenario.ids("0", p))
+    scenario.audit()
