@@ -13,8 +13,9 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from twopc.control import EndTxnRequest
+from twopc.control import EndTxnRequest, FenceResult
 from twopc.control.errors import ERROR_CODES, ControlError, error_name
+from twopc.protocol.epochs import releasable, rotation_calls
 from twopc.protocol.handle import Handle
 from twopc.protocol.offsets import (
     SourceOffsets,
@@ -92,7 +93,7 @@ def commit_alone(control: ControlClient, batch: str, offsets: SourceOffsets,
     where = f"batch {batch} (no records) is decided, but committing its source offsets to " \
             f"group {offsets.group!r} in a transaction on {tid}"
     try:
-        began = control.fence([tid])[tid]
+        began = begin_with_headroom(control, tid)
         if not began.fenced:
             raise SourceOffsetsError(f"{where} failed: InitProducerId answered {began.error}. "
                                      + _RETRY)
@@ -116,6 +117,19 @@ def commit_alone(control: ControlClient, batch: str, offsets: SourceOffsets,
         raise SourceOffsetsError(f"{where} failed: {type(exc).__name__}: {exc}. "
                                  + _RETRY) from exc
     _wait_until_stable(control, where, offsets, stable_within_s)
+
+
+def begin_with_headroom(control: ControlClient, tid: str) -> FenceResult:
+    """InitProducerId on the carrier id, again while its epoch leaves too few on this producer id
+    for the closing InitProducerId and a redo's (twopc/protocol/epochs.py): a redo ends an offset
+    commit whose marker a broker dropped only with a marker of the same producer id. Near the end
+    of the epochs that walks the idle id to a new producer id (a few calls, once in some 32,750)."""
+    began = control.fence([tid])[tid]
+    for _ in range(rotation_calls(max(began.epoch, 0))):
+        if not began.fenced or releasable(began.epoch + 1):
+            break
+        began = control.fence([tid])[tid]
+    return began
 
 
 _RETRY = ("The intent stays open; restart the query (or run `twopc recover`): recovery commits "

@@ -13,10 +13,12 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from checkpoint.redact import redact_text, redact_url
+from twopc.control import ControlClient, ControlError
 from twopc.control.config import tls_failure_advice
 from twopc.control.errors import ConfigError
 from twopc.control.oauth import OAuthTokenError, describe_source, librdkafka_oauth
 from twopc.executor.checksum import warm_up
+from twopc.executor.headroom import make_room, start_describe
 from twopc.executor.rows import (
     Columns,
 )
@@ -175,10 +177,12 @@ def build_off_thread(config: Mapping[str, Any]) -> bool:
 class Starter(threading.Thread):
     """The producer's construction if `producer` is None (from `config`: build_off_thread),
     init_transactions and begin_transaction, off the caller's thread (confluent-kafka releases
-    the GIL in all three)."""
+    the GIL in all three). Before the init, the id's producer id is rotated if the init could
+    leave it without the epochs a release needs (headroom.py); the coordinator's description that
+    decides it is asked at once, while the producer warms up."""
 
     def __init__(self, producer: Producer | None, topic: str | None, timeout_s: float,
-                 security: SecurityErrors, transactional_id: str,
+                 security: SecurityErrors, transactional_id: str, control: ControlClient,
                  config: Mapping[str, Any] | None = None) -> None:
         super().__init__(name="twopc-writer-start", daemon=True)
         self.producer = producer
@@ -187,11 +191,13 @@ class Starter(threading.Thread):
         self.timeout_s = timeout_s
         self.security = security
         self.tid = transactional_id
+        self.control = control
         self.error: BaseException | None = None
         self.start()
 
     def run(self) -> None:
         try:
+            described = start_describe(self.control, self.tid)
             if self.producer is None:
                 self.producer = Producer(self.config)
             # librdkafka sends FindCoordinator only through a connected broker it learned from
@@ -209,6 +215,14 @@ class Starter(threading.Thread):
                 # until the transaction timeout and then say only "timed out".
                 self.producer.poll(0)
                 self.security.raise_if_any(self.tid)
+            try:
+                found = described.result()[self.tid]
+            except ControlError as exc:
+                # The init below meets the same broker and says what is wrong in the producer's
+                # terms; identify() still refuses a handle without headroom.
+                log.debug("describing %r before init_transactions failed: %s", self.tid, exc)
+            else:
+                make_room(self.control, self.tid, found, int(self.timeout_s * 1000))
             try:
                 self.producer.init_transactions(self.timeout_s)
             except KafkaException:

@@ -54,6 +54,7 @@ from twopc.executor.rows import (
 from twopc.executor.write_errors import (
     BrokerSecurityError,
     DeliveryError,
+    EpochWithoutHeadroom,
     IdentificationError,
     ProducerError,
     RowError,
@@ -69,6 +70,7 @@ __all__ = [
     "BrokerSecurityError",
     "Columns",
     "DeliveryError",
+    "EpochWithoutHeadroom",
     "IdentificationError",
     "ProducerError",
     "Row",
@@ -170,7 +172,7 @@ class _Transaction:
         # Starting takes a broker round trip or three; the caller's rows (often converted from
         # Arrow on the fly) are read ahead meanwhile. Nothing is produced before the begin.
         starter = Starter(self._built, default_topic, self.timeout_ms / 1000, self.security,
-                           self.tid, self.config)
+                           self.tid, control, self.config)
         try:
             ahead = read_ahead(iterator, starter)
         except BaseException:
