@@ -11,7 +11,10 @@ and the next InitProducerId rotates.
 
 Each test drives one id of the pool to epoch 32765 (tests/driver/epochs.py, about 15-25 s), so that
 a plain `init_transactions` would be answered with 32766, the last epoch before exhaustion, then
-runs twopc across the rotation with the exactly-once audit.
+runs twopc across the rotation with the exactly-once audit. The default suite runs the quick
+ones; the crash cases, the stranded release and the coordinator's aborts are `slow`:
+`.venv/bin/python -m pytest tests/driver/test_epoch_rotation.py -m slow` (every variant:
+`TWOPC_MATRIX=full`).
 
 A committed transaction at epoch 32766 could not be released if its markers were dropped (section
 8 of docs/design.md): the release's InitProducerId rotates the producer id, and only the same
@@ -143,6 +146,7 @@ def test_prepare_and_commit_across_the_rotation(scenario: Scenario,
     scenario.audit()
 
 
+@pytest.mark.slow  # 4 cases x 3 variants, each driving an id to the edge: the long run's
 @pytest.mark.all_variants
 @pytest.mark.parametrize("case", ["after_intent", "after_endtxn_1", "timeout", "fenced"])
 def test_crash_after_the_intent_at_the_edge(case: str, scenario: Scenario,
@@ -276,6 +280,7 @@ def _strand(scenario: Scenario, attempt: int, tid: str) -> Handle | None:
     pytest.fail(f"{h.transactional_id}: neither completed nor stranded after the restart")
 
 
+@pytest.mark.slow  # a broker kill to strand the commit, then the release: minutes
 @pytest.mark.timeout(2400)
 @pytest.mark.only_variants("kafka4-tv2", "kafka4-tv0")
 def test_a_stranded_commit_at_the_edge_is_released(scenario: Scenario) -> None:
@@ -328,6 +333,7 @@ def test_an_idle_id_rotates_after_epoch_32766(scenario: Scenario,
                                        "INVALID_PRODUCER_ID_MAPPING"), late
 
 
+@pytest.mark.slow
 @pytest.mark.all_variants
 @pytest.mark.parametrize("end", ["fence", "timeout"])
 def test_the_coordinator_aborting_at_the_edge(end: str, scenario: Scenario,
