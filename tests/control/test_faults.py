@@ -19,7 +19,7 @@ from tests.control.helpers import open_txn, read_committed
 from twopc.broker.under_test import KafkaUnderTest
 from twopc.control import ControlClient, EndTxnRequest, OutcomeKind, TxnState
 from twopc.control import faults as f
-from twopc.control import messages as m
+from twopc.control import txn_messages as m
 from twopc.control.messages import ApiKey
 
 ROOT = Path(__file__).resolve().parents[2]
