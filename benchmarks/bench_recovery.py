@@ -1,4 +1,4 @@
-"""Recovery time: how long `Coordinator.recover()` takes to roll forward N pending transactions.
+"""Recovery time: how long `Recovery.recover()` takes to roll forward N pending transactions.
 
     .venv/bin/python benchmarks/bench_recovery.py [--counts 10,100,1000] [--repeats 3]
 

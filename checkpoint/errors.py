@@ -1,6 +1,13 @@
-"""Typed errors of the checkpoint log. Every error is a :class:`CheckpointError`."""
+"""Typed errors of the checkpoint log. Every error is a :class:`CheckpointError`.
+
+Design: docs/design.md section 6.
+"""
 
 from __future__ import annotations
+
+from checkpoint.redact import redact_url, redact_urls_in
+
+# Every path and URL an error shows (and keeps) has its credentials masked (checkpoint/redact.py).
 
 
 class CheckpointError(Exception):
@@ -15,6 +22,7 @@ class RecordExists(CheckpointError):
     """
 
     def __init__(self, path: str, seq: int) -> None:
+        path = redact_url(path)
         super().__init__(
             f"record {seq} already exists at {path}: another writer appended it first; "
             "re-read the log before deciding again"
@@ -27,7 +35,9 @@ class KeyExists(CheckpointError):
     """An index entry with this key already exists (index entries are created once)."""
 
     def __init__(self, path: str, key: str) -> None:
-        super().__init__(f"index key {key!r} already exists at {path}")
+        path = redact_url(path)
+        super().__init__(f"index key {key!r} already exists at {path}: index entries are created "
+                         "once; read it with index.get")
         self.path = path
         self.key = key
 
@@ -40,7 +50,9 @@ class RecordCorrupt(CheckpointError):
     """
 
     def __init__(self, path: str, reason: str) -> None:
-        super().__init__(f"corrupt checkpoint file {path}: {reason}")
+        path = redact_url(path)
+        super().__init__(f"corrupt checkpoint file {path}: {reason}. It is never skipped: restore "
+                         "the file from a backup of the storage")
         self.path = path
         self.reason = reason
 
@@ -49,6 +61,7 @@ class UnsupportedFormatVersion(CheckpointError):
     """A file was written by a newer format version than this code understands: upgrade."""
 
     def __init__(self, path: str, version: int, supported: int) -> None:
+        path = redact_url(path)
         super().__init__(
             f"{path} has checkpoint format version {version}, this code reads versions up to "
             f"{supported}: upgrade twopc/checkpoint before using this log"
@@ -71,6 +84,7 @@ class ConditionalCreateUnsupported(CheckpointError):
     )
 
     def __init__(self, url: str, detail: str) -> None:
+        url = redact_url(url)
         super().__init__(
             f"storage at {url} does not support conditional create ({detail}); risk: {self.RISK}. "
             "Use a backend that does (local files, S3 with If-None-Match, GCS), or pass "
@@ -81,19 +95,53 @@ class ConditionalCreateUnsupported(CheckpointError):
 
 
 class StorageUnavailable(CheckpointError):
-    """The storage failed (network, permissions, ...); the underlying error is ``__cause__``."""
+    """The storage failed (network, permissions, a missing path, ...); the message says what the
+    storage answered and what to check; the underlying error is also ``__cause__``."""
 
-    def __init__(self, path: str, operation: str) -> None:
-        super().__init__(f"storage error during {operation} of {path}: see the cause")
+    def __init__(self, path: str, operation: str, cause: BaseException | None = None) -> None:
+        path = redact_url(path)
+        what = "see the cause" if cause is None else describe_cause(cause)
+        advice = "" if cause is None else f"; {storage_advice(cause)}"
+        super().__init__(f"storage error during {operation} of {path}: {what}{advice}")
         self.path = path
         self.operation = operation
+
+
+def describe_cause(cause: BaseException) -> str:
+    """`Type: text` of a storage library's error, its URLs' credentials masked."""
+    text = redact_urls_in(str(cause)).strip() or "(no message)"
+    return f"{type(cause).__name__}: {text}"
+
+
+def storage_advice(cause: BaseException) -> str:
+    """What to check, from the kind of storage error."""
+    name = type(cause).__name__.lower()
+    if isinstance(cause, PermissionError) or "credential" in name or "accessdenied" in name \
+            or "forbidden" in name:
+        return ("permission denied: check the file permissions, or the storage credentials "
+                "(storage options, the environment's credentials) and their rights on the path")
+    if isinstance(cause, (FileNotFoundError, NotADirectoryError)) or "nosuchbucket" in name:
+        return "a part of the path does not exist: check the URL (a bucket, a parent directory)"
+    if isinstance(cause, (ConnectionError, TimeoutError)) or "timeout" in name \
+            or "connect" in name or "endpoint" in name:
+        return ("the storage could not be reached: check its endpoint and the network, then "
+                "retry")
+    if isinstance(cause, ImportError):
+        return "the fsspec backend for this URL is not installed (s3fs for s3://, gcsfs for gs://)"
+    if isinstance(cause, (ValueError, TypeError)):
+        return "check the URL and the storage options"
+    if isinstance(cause, OSError):
+        return "the storage refused the operation: check the path, free space and permissions"
+    return "fix the storage or its credentials, then retry"
 
 
 class LogNotFound(CheckpointError):
     """A read-only open found no log at the URL (a local directory that does not exist)."""
 
     def __init__(self, url: str) -> None:
-        super().__init__(f"no checkpoint log at {url}: the directory does not exist")
+        url = redact_url(url)
+        super().__init__(f"no checkpoint log at {url}: the directory does not exist; check the "
+                         "URL (a typo? a relative path resolved from another directory?)")
         self.url = url
 
 
@@ -101,7 +149,9 @@ class LogCorrupt(CheckpointError):
     """The log as a whole is inconsistent (for example a record missing below its end)."""
 
     def __init__(self, path: str, reason: str) -> None:
-        super().__init__(f"checkpoint log {path} is corrupt: {reason}")
+        path = redact_url(path)
+        super().__init__(f"checkpoint log {path} is corrupt: {reason}. Do not append to it: "
+                         "investigate the storage and restore the log from a backup")
         self.path = path
         self.reason = reason
 
@@ -114,6 +164,7 @@ class RecordMissing(LogCorrupt):
     """
 
     def __init__(self, path: str, seq: int, low_water_mark: int, end: int) -> None:
+        path = redact_url(path)
         super().__init__(
             path,
             f"record {seq} is missing but the log holds records from {low_water_mark} to {end}",
@@ -127,8 +178,10 @@ class RecordPurged(CheckpointError):
     """The record asked for is below the low-water mark: it was purged on purpose."""
 
     def __init__(self, path: str, seq: int, low_water_mark: int) -> None:
+        path = redact_url(path)
         super().__init__(
-            f"record {seq} of {path} is below the low-water mark {low_water_mark} (purged)"
+            f"record {seq} of {path} is below the low-water mark {low_water_mark} (purged): "
+            f"read from record {low_water_mark} on"
         )
         self.path = path
         self.seq = seq
@@ -139,6 +192,7 @@ class InvalidPurge(CheckpointError):
     """A purge would remove the latest record, which must always stay (it fixes the end)."""
 
     def __init__(self, path: str, below: int, last: int | None) -> None:
+        path = redact_url(path)
         super().__init__(
             f"cannot purge {path} below {below}: the latest record is {last}, and the latest "
             "record is never purged (without it the log would look empty and fork)"
@@ -152,7 +206,9 @@ class RecordBeyondEnd(CheckpointError):
     """The record asked for is after the latest record: it has not been written (yet)."""
 
     def __init__(self, path: str, seq: int, last: int | None) -> None:
-        super().__init__(f"record {seq} of {path} does not exist: the latest record is {last}")
+        path = redact_url(path)
+        super().__init__(f"record {seq} of {path} does not exist: the latest record is {last}; "
+                         "nothing was written there yet, read up to the latest record")
         self.path = path
         self.seq = seq
         self.last = last
@@ -166,6 +222,7 @@ class AppendGap(CheckpointError):
     """
 
     def __init__(self, path: str, seq: int) -> None:
+        path = redact_url(path)
         super().__init__(
             f"cannot append record {seq} to {path}: record {seq - 1} does not exist; "
             "append at last().seq + 1 (0 for an empty log)"

@@ -4,6 +4,8 @@ Layout (big-endian): magic (4 bytes) | format version (u16) | payload length (u3
 crc32 (u32) | msgpack payload. The crc32 covers the magic, version, length and payload, so a
 flipped version byte reads as corruption, not as a newer format. The frame itself is fixed for
 all format versions; a version changes only what the payload means.
+
+Design: docs/design.md section 6.
 """
 
 from __future__ import annotations
@@ -57,7 +59,8 @@ def decode(path: str, data: bytes) -> dict[str, Any]:
         raise RecordCorrupt(path, f"format version {version} was never written")
     try:
         payload = msgpack.unpackb(data[HEADER_SIZE:], raw=False, strict_map_key=False)
-    except (ValueError, msgpack.UnpackException) as e:
+    except (ValueError, TypeError, msgpack.UnpackException) as e:
+        # TypeError: a map whose key is a list or a map (unhashable), which no writer stores.
         raise RecordCorrupt(path, f"payload is not valid msgpack: {e}") from e
     if not isinstance(payload, dict):
         raise RecordCorrupt(path, f"payload is a {type(payload).__name__}, not a map")

@@ -34,6 +34,7 @@ from checkpoint.errors import (
 )
 from checkpoint.memo import Memo
 from checkpoint.record import Record
+from checkpoint.redact import redact_url
 from checkpoint.store import Store, open_store, probe_conditional_create
 
 _log = logging.getLogger(__name__)
@@ -155,7 +156,8 @@ class Log:
         if hit is not None and hit[0] == data:
             return hit[1]
         payload = framing.decode(where, data)
-        if payload.get("kind") != "record" or payload.get("seq") != seq:
+        if payload.get("kind") != "record" or not _is_seq(payload.get("seq")) \
+                or payload.get("seq") != seq:
             raise RecordCorrupt(
                 where, f"holds {payload.get('kind')} {payload.get('seq')}, not record {seq}"
             )
@@ -174,7 +176,11 @@ class Log:
             _log.warning("ignoring unreadable pointer hint: %s", e)
             return None
         seq = payload.get("seq")
-        return seq if isinstance(seq, int) and seq >= 0 else None
+        if not isinstance(seq, int) or not _is_seq(seq):
+            _log.warning("ignoring the pointer hint %s: it names %r, not a record number",
+                         self._where(POINTER), seq)
+            return None
+        return seq
 
     def low_water_mark(self) -> int:
         """Records below this number may have been purged; durable, only moves forward."""
@@ -187,12 +193,13 @@ class Log:
             return 0, 0
         payload = framing.decode(self._where(MARK), data)
         below, sweep = payload.get("below"), payload.get("sweep_from")
-        if (
-            payload.get("kind") != "mark"
-            or not isinstance(below, int)
-            or not isinstance(sweep, int)
-        ):
-            raise RecordCorrupt(self._where(MARK), "not a low-water mark")
+        if payload.get("kind") != "mark" or not _is_seq(below) or not _is_seq(sweep):
+            raise RecordCorrupt(self._where(MARK), f"not a low-water mark: below={below!r:.40}, "
+                                f"sweep_from={sweep!r:.40} (each a record number 0 to {_MAX_SEQ})")
+        assert isinstance(below, int) and isinstance(sweep, int)
+        if sweep > below:
+            raise RecordCorrupt(self._where(MARK), f"the low-water mark {below} is below the "
+                                f"record its purge sweeps from ({sweep}), which no purge writes")
         return below, sweep
 
     def _end_from(self, seq: int) -> Record | None:
@@ -380,6 +387,14 @@ def _mark_bytes(below: int, sweep_from: int) -> bytes:
     return framing.encode({"kind": "mark", "below": below, "sweep_from": sweep_from})
 
 
+_MAX_SEQ = 2**63 - 1
+
+
+def _is_seq(value: object) -> bool:
+    """A record number as stored: an int (not a bool, not a float) from 0 to 2**63 - 1."""
+    return type(value) is int and 0 <= value <= _MAX_SEQ
+
+
 def _check_seq(seq: object) -> None:
     if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
         raise InvalidRecord(f"a record number is an int >= 0, got {seq!r}")
@@ -412,5 +427,6 @@ def open_log(
     if problem is not None:
         if not allow_unconditional_create:
             raise ConditionalCreateUnsupported(url, problem)
-        _log.warning("log %s: %s; continuing, the caller accepted the risk", url, problem)
+        _log.warning("log %s: %s; continuing, the caller accepted the risk", redact_url(url),
+                     problem)
     return Log(store)

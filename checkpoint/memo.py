@@ -1,6 +1,9 @@
 """A bounded, thread-safe memo of what a process derived from bytes it read (least recently used
 goes first). Only a speed-up: a caller checks that what it read now is what the entry was made
-from before it reuses the entry."""
+from before it reuses the entry.
+
+Design: docs/design.md section 6.
+"""
 
 from __future__ import annotations
 

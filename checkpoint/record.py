@@ -1,4 +1,7 @@
-"""The value type of the log."""
+"""The value type of the log.
+
+Design: docs/design.md section 6.
+"""
 
 from __future__ import annotations
 

@@ -2,6 +2,8 @@
 
 Each backend keeps to the few operations the log needs, so that what "durable" and "conditional"
 mean is spelled out per backend here and nowhere else.
+
+Design: docs/design.md section 6.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ def _guard(path: str, operation: str, call: Callable[[], T]) -> T:
     except CheckpointError:
         raise
     except Exception as e:
-        raise StorageUnavailable(path, operation) from e
+        raise StorageUnavailable(path, operation, e) from e
 
 
 class LocalStore:

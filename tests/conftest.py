@@ -16,15 +16,27 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+from twopc_testing.oauth import REAUTH_MS, IdentityProvider
 from twopc_testing.s3 import LocalS3, S3Server
-from twopc_testing.secured import start_secured_kafka
+from twopc_testing.secured import start_oauth_kafka, start_secured_kafka
 
 from tests.driver.support import Scenario
-from twopc.broker import LocalKafka
+from twopc.broker import DEFAULT_VARIANT, LocalKafka
 from twopc.broker.under_test import EXTERNAL, KafkaUnderTest, requested_variants, start_kafka
 from twopc.control import ControlClient
+from twopc.crashpoints import TEST_HOOKS_VALUE, TEST_HOOKS_VAR
+
+# Hypothesis' per-example deadline is a timing assertion: on a loaded 2-core machine a slow example
+# fails a test whose logic holds. Examples are bounded by their count, not by the clock.
+settings.register_profile("twopc", deadline=None)
+settings.load_profile("twopc")
 
 _startup_times: list[tuple[str, float]] = []
+
+# twopc's test hooks (TWOPC_CRASH_AT, TWOPC_PAUSE_AT, TWOPC_CLOCK_SKEW_MS) act only with this gate
+# set too (checkpoint/crash.py): every process the tests start inherits it from here.
+os.environ[TEST_HOOKS_VAR] = TEST_HOOKS_VALUE
 
 
 def _full_matrix() -> bool:
@@ -52,6 +64,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         variants = requested_variants(_full_matrix())
         metafunc.parametrize("tls_kafka", variants, indirect=True, scope="session",
                              ids=[f"tls-{v}" for v in variants])
+    if "oauth_kafka" in metafunc.fixturenames:
+        # Our own broker even with TWOPC_BOOTSTRAP_SERVERS: it needs the test identity provider.
+        variants = [DEFAULT_VARIANT if v == EXTERNAL else v
+                    for v in requested_variants(_full_matrix())]
+        metafunc.parametrize("oauth_kafka", variants, indirect=True, scope="session",
+                             ids=[f"oauth-{v}" for v in variants])
 
 
 @pytest.fixture(scope="session")
@@ -67,10 +85,34 @@ def broker(request: pytest.FixtureRequest) -> Iterator[KafkaUnderTest]:
 @pytest.fixture(scope="session")
 def tls_kafka(request: pytest.FixtureRequest) -> Iterator[LocalKafka]:
     """A broker of its own with SSL (mutual TLS) and SASL_SSL listeners, certificates made at start
-    (twopc/broker/tls.py); client settings: twopc_testing.brokers.secured_configs."""
+    (twopc/broker/tls.py); client settings: twopc_testing.secured.secured_configs."""
     kafka = start_secured_kafka(request.param)
     if kafka.startup_seconds is not None:
         _startup_times.append((f"{request.param} with TLS", kafka.startup_seconds))
+    yield kafka
+    kafka.stop()
+
+
+@pytest.fixture(scope="session")
+def idp() -> Iterator[IdentityProvider]:
+    """A test OAuth identity provider in this process: JWKS and client-credentials endpoints
+    (testing/twopc_testing/oauth.py)."""
+    with IdentityProvider() as provider:
+        yield provider
+
+
+@pytest.fixture(scope="session")
+def oauth_kafka(request: pytest.FixtureRequest, idp: IdentityProvider) -> Iterator[LocalKafka]:
+    """A broker of its own for OAUTHBEARER: its SASL_PLAINTEXT listener checks JWTs against the
+    `idp` fixture's keys (audience and issuer too) and takes PLAIN and SCRAM for user alice, every
+    session bounded by connections.max.reauth.ms=REAUTH_MS (so that clients re-authenticate
+    within a test, KIP-368); its SASL_SSL listener takes unsigned tokens (Kafka's unsecured
+    validator) and bounds sessions only by the token's expiry. Client settings:
+    twopc_testing.secured.oauth_config."""
+    kafka = start_oauth_kafka(request.param, idp.jwks_url, audience=idp.audience,
+                              issuer=idp.issuer, max_reauth_ms=REAUTH_MS, tls=True, users=True)
+    if kafka.startup_seconds is not None:
+        _startup_times.append((f"{request.param} with OAuth", kafka.startup_seconds))
     yield kafka
     kafka.stop()
 

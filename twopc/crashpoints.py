@@ -7,6 +7,12 @@ Set ``TWOPC_CRASH_AT`` to a point's name (for tests only); when the code reaches
 ``TWOPC_PAUSE_AT=name`` makes the process sleep there instead: a driver paused mid-protocol (a long
 GC, a stopped VM) that wakes up later, for the two-driver tests. It wakes when the file named by
 ``TWOPC_PAUSE_UNTIL`` exists, or after ``TWOPC_PAUSE_SECONDS`` (default 60).
+
+None of these hooks acts in production: each needs ``TWOPC_TEST_HOOKS=crash-points-for-tests-only``
+as well (checkpoint/crash.py), which the test harness and ``twopc demo`` set; without it a hook
+variable is ignored with a warning on logger ``twopc``.
+
+Design: docs/design.md section 7.
 """
 
 from __future__ import annotations
@@ -15,6 +21,11 @@ import os
 import signal
 import sys
 import time
+
+from checkpoint.crash import TEST_HOOKS_VALUE, TEST_HOOKS_VAR, hooks_enabled
+
+__all__ = ["TEST_HOOKS_VALUE", "TEST_HOOKS_VAR", "armed", "crash_point", "hooks_enabled",
+           "test_hooks_env", "wall_clock_ms"]
 
 ENV_VAR = "TWOPC_CRASH_AT"
 PAUSE_VAR = "TWOPC_PAUSE_AT"
@@ -54,11 +65,11 @@ def _armed_by_file() -> bool:
 def crash_point(name: str) -> None:
     """Kill this process with SIGKILL if ``TWOPC_CRASH_AT`` names this point (pause if
     ``TWOPC_PAUSE_AT`` does)."""
-    if os.environ.get(ENV_VAR) == name and _armed_by_file():
+    if os.environ.get(ENV_VAR) == name and hooks_enabled(ENV_VAR) and _armed_by_file():
         if os.environ.get(SCOPE_VAR) == "session":
             _kill_session()
         os.kill(os.getpid(), signal.SIGKILL)
-    if os.environ.get(PAUSE_VAR) == name:
+    if os.environ.get(PAUSE_VAR) == name and hooks_enabled(PAUSE_VAR):
         print(f"twopc: paused at {name}", file=sys.stderr, flush=True)
         deadline = time.monotonic() + float(os.environ.get(PAUSE_SECONDS_VAR, "60"))
         until = os.environ.get(PAUSE_UNTIL_VAR)
@@ -68,10 +79,20 @@ def crash_point(name: str) -> None:
 
 def wall_clock_ms() -> int:
     """This process's wall clock in milliseconds (shifted by ``TWOPC_CLOCK_SKEW_MS`` if set)."""
-    return time.time_ns() // 1_000_000 + int(os.environ.get(CLOCK_SKEW_VAR) or 0)
+    now = time.time_ns() // 1_000_000
+    raw = os.environ.get(CLOCK_SKEW_VAR)
+    if not raw or not hooks_enabled(CLOCK_SKEW_VAR):
+        return now
+    return now + int(raw)
 
 
 def armed(prefix: str = "") -> bool:
     """True if a crash point starting with ``prefix`` is armed (for callers that must know)."""
     target = os.environ.get(ENV_VAR)
-    return target is not None and target.startswith(prefix)
+    return target is not None and target.startswith(prefix) and hooks_enabled(ENV_VAR)
+
+
+def test_hooks_env(**hooks: str) -> dict[str, str]:
+    """The environment entries that arm test hooks in a child process: ``hooks`` (variable name ->
+    value, e.g. ``TWOPC_CRASH_AT=...``) plus the gate that lets them act."""
+    return {TEST_HOOKS_VAR: TEST_HOOKS_VALUE, **hooks}

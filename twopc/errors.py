@@ -1,12 +1,17 @@
 """Typed errors of the driver side (coordinator, recovery, guards).
 
 Each says what happened and what to do; none is ever swallowed into a silent loss.
+
+Design: docs/design.md section 7.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
+
+from checkpoint.redact import redact_url
 
 
 class TwopcError(Exception):
@@ -45,8 +50,38 @@ class DataLossError(TwopcError):
             f"batch {batch} is partly committed and the re-run produced different records "
             f"({listing}){': ' + detail if detail else ''}. Nothing more was made visible. The plan "
             "is not deterministic (or the partitioning changed): resolve the batch by hand with "
-            "`twopc recover --resolve` (Coordinator.resolve) once you have decided what to keep"
+            "`twopc recover --resolve` (Recovery.resolve) once you have decided what to keep"
         )
+
+
+class StrandedCommitAborted(DataLossError):
+    """Committed records were aborted after their commit: the broker lost their commit markers,
+    and the transaction that held them open ended as aborted before a release could commit it (a
+    release cut short and then aborted by its timeout, or an operator's abort or fence). The log
+    check proves it; twopc keeps the id held and raises this at every check until an operator
+    acknowledges it (`twopc recover --acknowledge-loss`)."""
+
+    def __init__(self, lost: Sequence[tuple[str, Any, str]]) -> None:
+        # (batch, handle, what the log check said) for each visible handle of the held ids
+        self.lost = tuple(lost)
+        batches = sorted({b for b, _, _ in self.lost})
+        Exception.__init__(self, (
+            "DATA LOSS: committed records were aborted after their commit (their commit markers "
+            "were lost by a broker, and the transaction holding them open ended as aborted before "
+            "twopc's release could commit it): "
+            + "; ".join(f"batch {b}, transactional id {h.transactional_id}, {h.record_count} "
+                        f"records of Spark partition {h.task_partition} at "
+                        + ", ".join(f"{s.topic}[{s.partition}]@{s.first_offset}" for s in h.spans)
+                        + f" ({why})" for b, h, why in self.lost)
+            + ". read_committed consumers will never see them. The records are still in the "
+            "topic until retention removes them (read_uncommitted, from the offsets named). "
+            "twopc holds the ids and reports this at every check; once the loss is handled, "
+            "record it with `twopc recover --checkpoint URL --acknowledge-loss BATCH --note "
+            "'who and why'`"))
+        self.batch = batches[0] if batches else ""
+        self.partitions = tuple(PartitionLoss(h.task_partition, h.record_count, None,
+                                              f"aborted after its commit: {why}")
+                                for _, h, why in self.lost)
 
 
 class UndecidedError(TwopcError):
@@ -60,7 +95,7 @@ class UndecidedError(TwopcError):
         super().__init__(
             f"batch {batch}: the outcome of {len(self.reasons)} transaction(s) is undecided "
             f"({listing}). Retry recovery later (a transaction may still be settling); if it stays "
-            "undecided, inspect the partitions and resolve the batch by hand (Coordinator.resolve)"
+            "undecided, inspect the partitions and resolve the batch by hand (Recovery.resolve)"
         )
 
 
@@ -68,6 +103,7 @@ class LogOwnershipLost(TwopcError):
     """Another driver appended to the checkpoint log first: this one must stop."""
 
     def __init__(self, url: str, seq: int) -> None:
+        url = redact_url(url)
         self.url = url
         self.seq = seq
         super().__init__(
@@ -81,6 +117,7 @@ class QueryMismatch(TwopcError):
     """The log belongs to another query or job (or another transactional id prefix)."""
 
     def __init__(self, url: str, bound: str, given: str) -> None:
+        url = redact_url(url)
         self.url = url
         self.bound = bound
         self.given = given
@@ -89,6 +126,29 @@ class QueryMismatch(TwopcError):
             "Spark checkpoint restarts its batch ids and would wrongly skip batches already in this "
             "log: give the new query its own twopc checkpoint location (or restore the old Spark "
             "checkpoint)"
+        )
+
+
+class JobFamilyBusy(TwopcError):
+    """Another batch job of the same family (prefix and checkpoint log) is running: this one was
+    refused before it wrote or settled anything."""
+
+    def __init__(self, url: str, job: str, holder_job: str, run: str, holder: str, since: str,
+                 until: str) -> None:
+        self.url = url
+        self.job = job
+        self.holder_job = holder_job
+        super().__init__(
+            f"job {job} was not started: job {holder_job} of the same family is running (run "
+            f"{run} on {holder}, since {since}; its claim on the log {url} lasts until {until} "
+            "unless renewed). The jobs of one transactional id prefix share one log, and one "
+            "job's recovery would settle or fence what the other has not recorded yet, so they "
+            f"run one at a time. Run job {job} again once job {holder_job} has finished. If job "
+            f"{holder_job} is no longer running (its driver died), run it again (a run of the "
+            "same job id takes the claim over and finishes or rolls back what it left), or wait "
+            "until the claim ends. Jobs that must run at the same time need their own "
+            "twopc.transactionalIdPrefix and twopc.checkpoint (twopc.jobLeaseMs: how long a "
+            "claim lasts)"
         )
 
 
@@ -211,11 +271,13 @@ class InconsistentLog(TwopcError):
     """The checkpoint log holds records that contradict each other (or an unknown record kind)."""
 
     def __init__(self, url: str, seq: int, reason: str) -> None:
+        url = redact_url(url)
         self.url = url
         self.seq = seq
         super().__init__(
             f"checkpoint log {url}, record {seq}: {reason}. Recovery stops here rather than skip "
-            "it: inspect the log (twopc log dump) and repair or restore it"
+            f"it: inspect the log (`twopc log dump --checkpoint {url}`) and restore the record "
+            "from a backup of the storage"
         )
 
 

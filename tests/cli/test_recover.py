@@ -5,6 +5,7 @@ shown with what was lost and then resolved by the operator (`--resolve`)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from typing import Any
@@ -155,5 +156,6 @@ def test_recover_usage_errors(scenario: Scenario) -> None:
     assert proc.returncode == 2 and "--decision" in proc.stderr
     proc = recover(scenario, "--resolve", "0", "--decision", "committed", "--note", "  ")
     assert proc.returncode == 2 and "--note" in proc.stderr
-    proc = recover(scenario)  # the log was never bound: no twopc log there
-    assert proc.returncode == 2 and "no twopc log" in proc.stderr
+    proc = recover(scenario)  # the log was never bound: no twopc log there, and none is made
+    assert proc.returncode == 2 and "no checkpoint log at" in proc.stderr
+    assert not os.path.exists(scenario.log_url)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from confluent_kafka import Producer
 
 from tests.control.helpers import open_txn, read_committed
 from twopc.broker.under_test import KafkaUnderTest
@@ -45,3 +46,36 @@ def test_describe_list_commit_fence(broker: KafkaUnderTest, topic: str,
 def test_bad_input_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["txn", "describe", "-b", "nohostport", "x"]) == 1
     assert "HOST:PORT" in capsys.readouterr().err
+
+
+def test_abort(broker: KafkaUnderTest, topic: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """`twopc txn abort` by producer id and epoch: the open transaction's records are discarded
+    and the last stable offset moves on (a record written after it is read); a wrong epoch is
+    refused without touching the transaction; a second abort is idempotent."""
+    b = broker.bootstrap_servers
+    txn = open_txn(b, topic, tid="cli-abort-1")
+    code, text = run(capsys, "txn", "abort", "-b", b, txn.transactional_id, "--producer-id",
+                     str(txn.producer_id), "--epoch", str(txn.epoch + 5))
+    # A wrong epoch: the coordinator refuses (PRODUCER_FENCED), which proves nothing about the
+    # transaction's fate to the CLI: "unconfirmed", exit code 3, and the transaction stays open.
+    assert code == 3 and "\tunconfirmed (PRODUCER_FENCED" in str(text), text
+    code, described = run(capsys, "txn", "describe", "-b", b, "--json", txn.transactional_id)
+    assert isinstance(described, list) and described[0]["state"] == "Ongoing", described
+
+    code, ended = run(capsys, "txn", "abort", "-b", b, txn.transactional_id, "--producer-id",
+                      str(txn.producer_id), "--epoch", str(txn.epoch), "--json")
+    assert code == 0 and isinstance(ended, dict) and ended["kind"] == "aborted", ended
+    code, described = run(capsys, "txn", "describe", "-b", b, "--json", txn.transactional_id)
+    assert isinstance(described, list)
+    assert described[0]["state"] in ("PrepareAbort", "CompleteAbort"), described
+    # Nothing of it is visible, and a record written after it is: it no longer holds the
+    # partition's last stable offset back.
+    partition = txn.first[0]
+    producer = Producer({"bootstrap.servers": b})
+    producer.produce(topic, b"after-the-abort", partition=partition)
+    assert producer.flush(30) == 0
+    assert read_committed(b, topic) == ["after-the-abort"]
+
+    code, text = run(capsys, "txn", "abort", "-b", b, txn.transactional_id, "--producer-id",
+                     str(txn.producer_id), "--epoch", str(txn.epoch))
+    assert code == 0 and "aborted" in str(text), text

@@ -192,6 +192,10 @@ def test_describe_matches_the_producer_and_list_finds_by_prefix(
         assert all(i.startswith("lst-a-") for i in ids)
         ongoing = client.list_transactions(prefix="lst-", states=[TxnState.ONGOING])
         assert other.transactional_id in {t.transactional_id for t in ongoing}
+        # By producer id, without a prefix: who a partition's open transaction belongs to.
+        by_pid = client.list_transactions(producer_ids=[mine[1].producer_id])
+        assert [(t.transactional_id, t.producer_id) for t in by_pid] == [
+            (mine[1].transactional_id, mine[1].producer_id)]
         unknown = client.describe_transactions(["never-used-id"])["never-used-id"]
         assert unknown.state is TxnState.UNKNOWN_ID
     finally:
@@ -282,3 +286,23 @@ def test_requests_started_together_on_a_new_client_leave_no_connection_behind(
         client.close()
     left = [t for t in asyncio.all_tasks(loop) if not t.done()]
     assert not left, f"tasks still pending after close(): {left}"
+
+
+def test_high_watermarks_against_last_stable_offsets(
+        broker: KafkaUnderTest, make_topic: Callable[..., str], client: ControlClient) -> None:
+    topic = make_topic(partitions=2)
+    assert client.topic_partitions([topic]) == {topic: [0, 1]}
+    with pytest.raises(KafkaApiError, match="UNKNOWN_TOPIC_OR_PARTITION"):
+        client.topic_partitions([f"{topic}-never-made"])
+    txn = open_txn(broker.bootstrap_servers, topic, count=COUNT)
+    try:
+        parts = [(topic, 0), (topic, 1)]
+        hw, lso = client.high_watermarks(parts), client.last_stable_offsets(parts)
+        for p, (first, last) in txn.offsets.items():
+            assert lso[(topic, p)] == first and hw[(topic, p)] == last + 1
+        assert sum(hw[tp] for tp in parts) == COUNT
+    finally:
+        client.fence([txn.transactional_id])
+    assert wait_until_stable(broker.config(), topic, 30)
+    parts = [(topic, 0), (topic, 1)]
+    assert client.high_watermarks(parts) == client.last_stable_offsets(parts)

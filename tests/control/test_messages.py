@@ -95,6 +95,13 @@ def test_list_transactions_request(version: int) -> None:
     assert r.remaining == 0
 
 
+@pytest.mark.parametrize("version", [0, 1, 2])
+def test_list_transactions_by_producer_id(version: int) -> None:
+    r = Reader(tm.encode_list_transactions(version, [], None, [7, 1 << 40]), True)
+    assert r.array(Reader.string) == []
+    assert r.array(Reader.int64) == [7, 1 << 40]
+
+
 @pytest.mark.parametrize("version", [3, 4])
 def test_find_coordinator(version: int) -> None:
     r = Reader(m.encode_find_coordinator(version, ["a"]), True)

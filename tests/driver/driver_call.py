@@ -4,8 +4,9 @@
 
 Call: {"log", "bootstrap", "owner_id", "owner_kind" ("query" by default, or "job"), "prefix",
 "action": "commit"|"abort"|"recover", "batch", "results": [WriteResult objects], "margin_ms",
-"settle_wait_ms", "retain_batches", "offsets": SourceOffsets object (optional: the batch's source
-offsets, committed with it)}.
+"settle_wait_ms", "stranded_wait_ms", "retain_batches", "offsets": SourceOffsets object (optional:
+the batch's source offsets, committed with it), "control": more control client settings (optional,
+e.g. a short twopc.control.retry.timeout.ms when the test drops every attempt of a request)}.
 Prints one JSON line: {"ok": summary} or {"error": class name, "message"}; exit 0 or 3.
 """
 
@@ -24,11 +25,12 @@ from twopc.protocol.offsets import SourceOffsets
 
 def main() -> int:
     call = json.load(sys.stdin)
-    control = ControlClient({"bootstrap.servers": call["bootstrap"]})
+    control = ControlClient({"bootstrap.servers": call["bootstrap"], **call.get("control", {})})
     coord = DriverUnderTest(open_log(call["log"]), control, call.get("owner_kind", "query"),
                             call["owner_id"], call["prefix"],
                             margin_ms=call.get("margin_ms", 2000),
                             settle_wait_ms=call.get("settle_wait_ms", 30000),
+                            stranded_wait_ms=call.get("stranded_wait_ms", 5000),
                             retain_batches=call.get("retain_batches", 10))
     results = [WriteResult.from_obj(r) for r in call.get("results", [])]
     try:

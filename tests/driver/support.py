@@ -19,6 +19,7 @@ from typing import Any
 from checkpoint import Log, open_log
 from twopc.broker.under_test import KafkaUnderTest
 from twopc.control import ControlClient, TxnState
+from twopc.crashpoints import TEST_HOOKS_VAR
 from twopc.driver.call import DriverSettings
 from twopc.driver.coordinator import AbortReport, CommitReport, Coordinator
 from twopc.driver.recovery import Recovery
@@ -160,7 +161,7 @@ def run_tasks(bootstrap: str, batch: str, txns: Sequence[dict[str, Any]], timeou
               crash_at: str | None = None,
               more_env: dict[str, str] | None = None) -> list[WriteResult] | None:
     spec = {"bootstrap": bootstrap, "batch": batch, "timeout_ms": timeout_ms, "txns": list(txns)}
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TWOPC_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TWOPC_") or k == TEST_HOOKS_VAR}
     env.update(more_env or {})
     if crash_at:
         env["TWOPC_CRASH_AT"] = crash_at
@@ -177,7 +178,7 @@ def run_driver(call: dict[str, Any], crash_at: str | None = None,
                env: dict[str, str] | None = None, stderr: bool = False) -> dict[str, Any]:
     """Run one driver call in a fresh process; {"killed": True} if it died by SIGKILL. With
     `stderr`, the answer's "stderr" holds the tail of the process's stderr (its log lines)."""
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("TWOPC_")}
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("TWOPC_") or k == TEST_HOOKS_VAR}
     full_env.update(env or {})
     if crash_at:
         full_env["TWOPC_CRASH_AT"] = crash_at
@@ -198,7 +199,7 @@ def run_driver(call: dict[str, Any], crash_at: str | None = None,
 @contextmanager
 def started_driver(call: dict[str, Any], env: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
     """A driver call running in the background (for the paused-driver tests)."""
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("TWOPC_")}
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("TWOPC_") or k == TEST_HOOKS_VAR}
     full_env.update(env)
     proc = subprocess.Popen([sys.executable, "-m", "tests.driver.driver_call"], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,

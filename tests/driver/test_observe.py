@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 
 import pytest
 from hypothesis import given
@@ -66,6 +67,19 @@ def test_one_json_line_per_call(caplog: pytest.LogCaptureFixture) -> None:
     assert json.loads(failed.getMessage())["oldest_txn_age_ms"] is None
 
 
+def test_a_commit_at_half_the_timeout_warns_with_the_fix() -> None:
+    def fig(age: int | None, timeout: int | None) -> observe.BatchFigures:
+        ratio = None if age is None or timeout is None else round(age / timeout, 4)
+        return observe.BatchFigures("commit", "9", "committed", 10, 2, 2, 3.5, age, timeout, ratio)
+
+    assert observe.age_warning(fig(29_999, 60_000)) is None
+    assert observe.age_warning(fig(None, None)) is None
+    text = observe.age_warning(fig(30_000, 60_000))
+    assert text is not None and "batch 9" in text and "30000 ms old" in text and "50%" in text
+    assert "twopc.transactionTimeoutMs" in text and "maxOffsetsPerTrigger" in text
+    assert "GuardFailed" in text
+
+
 # ---- against a real broker: what a commit and a recovery log ----------------------------------
 
 
@@ -105,6 +119,35 @@ def test_commit_and_recovery_log_their_figures(scenario: Scenario, control: Cont
         coord.abort("2", scenario.write("2"))
     [line] = _lines(caplog)
     assert (line["event"], line["outcome"], line["transactions"]) == ("abort", "fenced", 4)
+    scenario.expect("0")
+    scenario.expect("1")
+    scenario.audit()
+
+
+@pytest.mark.integration
+def test_a_real_commit_past_half_the_timeout_warns(scenario: Scenario, control: ControlClient,
+                                                   caplog: pytest.LogCaptureFixture) -> None:
+    """The transactions of batch 1 are 11 s old at a 20 s timeout when it commits: it commits
+    (more than the margin left) and warns, once, on a child of logger `twopc`; batch 0, committed
+    at once, does not."""
+    coord = scenario.driver(control, margin_ms=500)
+
+    def warnings() -> list[logging.LogRecord]:
+        return [r for r in caplog.records if r.name == "twopc.driver.coordinator"]
+
+    with caplog.at_level(logging.INFO, logger="twopc"):
+        coord.commit("0", scenario.write("0", timeout_ms=20_000))
+        assert not warnings()
+        results = scenario.write("1", timeout_ms=20_000)
+        oldest = min(h.start_ms for r in results if (h := r.handle) is not None)
+        time.sleep(max(0.0, (oldest + 11_000) / 1000 - time.time()))
+        report = coord.commit("1", results)
+    assert report.status == "committed"
+    [warned] = warnings()
+    assert warned.levelno == logging.WARNING
+    assert "batch 1: its oldest transaction was" in warned.getMessage()
+    assert "(20000 ms)" in warned.getMessage()
+    assert "twopc.transactionTimeoutMs" in warned.getMessage()
     scenario.expect("0")
     scenario.expect("1")
     scenario.audit()

@@ -16,7 +16,7 @@ from tests.driver.support import Scenario
 from twopc.control import ControlClient
 from twopc.protocol.handle import ResultKind, WriteResult
 from twopc.protocol.log_records import Aborted, Prepared, from_body
-from twopc.protocol.offsets import SourceOffsets, SourceOffsetsRefused
+from twopc.protocol.offsets import SourceOffsets, SourceOffsetsRefused, alone_id
 
 pytestmark = pytest.mark.integration
 
@@ -128,7 +128,38 @@ def test_a_batch_without_records_moves_the_offsets(crash: str | None, scenario: 
         scenario.driver(control).recover()  # the intent is the decision: commit them
     assert group_offsets(scenario, group, source) == {(source, 0): 6, (source, 1): 2}
     intent = prepared(scenario, "0")
-    assert intent.handles == () and intent.offsets == offsets
+    # The intent names the id of the offsets' own transaction (issue 30, item 6).
+    assert intent.handles == () and intent.offsets == offsets.with_carrier(alone_id(scenario.prefix))
+    scenario.audit()
+
+
+def test_a_late_copy_of_a_batch_without_records_never_moves_the_group_back(
+        scenario: Scenario, control: ControlClient, make_topic: Callable[..., str]) -> None:
+    """Issue 30, item 6: batch 0 has no records, so its offsets are committed on their own;
+    batch 1 has records and carries its offsets in its transaction. Then every request of batch
+    0's commit that could move the group or end a transaction reaches the broker again, late (a
+    copy from a connection the client gave up on): the group must stay at batch 1."""
+    from tests.driver.late_requests import apis, recorded, send_again, state_changing
+    from twopc.control.messages import ApiKey
+
+    source, group = make_topic(2), f"g-{uuid.uuid4().hex[:8]}"
+    coord = scenario.driver(control)
+    empty = [WriteResult(ResultKind.EMPTY, "0", p, 0) for p in range(scenario.partitions)]
+    with recorded() as sent:
+        assert coord.commit("0", empty, ends(group, source, 6, 2)).status == "empty"
+    assert group_offsets(scenario, group, source) == {(source, 0): 6, (source, 1): 2}
+    assert coord.commit("1", scenario.write("1"), ends(group, source, 20, 9)).status == "committed"
+    scenario.expect("1")
+    assert group_offsets(scenario, group, source) == {(source, 0): 20, (source, 1): 9}
+    late = state_changing(sent)
+    assert late, apis(sent)
+    # The copies that could commit offsets (not the InitProducerIds, which only fence), then all.
+    send_again(control, [r for r in late if r.api is not ApiKey.INIT_PRODUCER_ID])
+    assert group_offsets(scenario, group, source) == {(source, 0): 20, (source, 1): 9}, apis(late)
+    send_again(control, late)
+    assert group_offsets(scenario, group, source) == {(source, 0): 20, (source, 1): 9}, apis(late)
+    # Batch 0's offsets went in a transaction of their own, never as a plain OffsetCommit.
+    assert "OFFSET_COMMIT" not in apis(sent) and "TXN_OFFSET_COMMIT" in apis(sent), apis(sent)
     scenario.audit()
 
 

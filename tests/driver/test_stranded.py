@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 import pytest
 from hypothesis import given
@@ -15,20 +16,24 @@ from tests.broker.test_restart_mid_commit import _stranded_commit
 from tests.driver.support import DriverUnderTest
 from twopc.broker.under_test import KafkaUnderTest
 from twopc.control import ControlClient, TransactionDescription, TxnState
-from twopc.driver.stranded import _latest_first_offsets
+from twopc.control.logcheck import LogCheckResult, LogOutcome
+from twopc.driver.stranded import _latest_first_offsets, prove_holds
 from twopc.log.session import Session
 from twopc.ops.audit import audit_topic, wait_until_stable
 from twopc.protocol.handle import Handle, PartitionSpan
 from twopc.protocol.holds import (
+    HoldProof,
     committed_handles,
     hold_changes,
+    proof_of,
     stuck_spans,
     to_check,
+    to_prove,
     unreadable_spans,
 )
 from twopc.protocol.log_records import Committed, LogRecord, Prepared, Released, Stranded, from_body, to_body
-from twopc.protocol.state import BatchState, BatchStatus, fold
-from twopc.protocol.verdicts import StrandedFate, judge
+from twopc.protocol.state import BatchState, BatchStatus, fold, txn_key
+from twopc.protocol.verdicts import Fate, StrandedFate, Verdict, judge
 
 PID, EPOCH = 4000, 7
 
@@ -121,16 +126,71 @@ def test_holds_are_cleared_only_once_every_visible_handle_on_them_was_checked() 
         (4, Released(("1",), ("q-0-0",), ()))]
     state = fold(records)
     # Still stuck: held (no new record, it is held already); another id newly stuck: held.
-    assert hold_changes(state, [a0, a1], {"q-0-0": ("1", "failed")}) is None
-    assert hold_changes(state, [b], {"q-1-0": ("2", "wait")}) == Stranded(
+    assert hold_changes(state, [a0, a1], {"q-0-0": ("1", "failed")}, {}) is None
+    assert hold_changes(state, [b], {"q-1-0": ("2", "wait")}, {}) == Stranded(
         (("2", "q-1-0", "wait"),), ())
     # Settled, but only one of the two visible handles on q-0-0 was looked at: still held.
-    assert hold_changes(state, [a0], {}) is None
-    assert hold_changes(state, [a0, a1], {}) == Stranded((), ("q-0-0",))
+    proven = {"q-0-0": HoldProof.COMMITTED}
+    assert to_prove(state, [a0], {}) == ()
+    assert hold_changes(state, [a0], {}, proven) is None
+    assert to_prove(state, [a0, a1], {}) == ("q-0-0",)
+    assert hold_changes(state, [a0, a1], {}, proven) == Stranded((), ("q-0-0",))
+    # Settled, but the log does not prove its records committed: never cleared silently.
+    for proof in (HoldProof.UNPROVEN, HoldProof.ABORTED):
+        assert hold_changes(state, [a0, a1], {}, {"q-0-0": proof}) is None
+    assert hold_changes(state, [a0, a1], {}, {}) is None
     # A check of batch 2 alone looks at batch 1 too while it holds q-0-0.
     batches = list(state.batches.values())
     assert [x.batch for x in to_check(batches, {"2"}, state.stranded)] == ["1", "2"]
     assert [x.batch for x in to_check(batches, {"2"}, ())] == ["2"]
+
+
+RELEASED = frozenset({("t", 0), ("t", 1)})
+
+
+@given(st.sampled_from(list(TxnState)), st.sampled_from([PID, PID + 1]),
+       st.integers(EPOCH - 1, EPOCH + 2),
+       st.sets(st.sampled_from([("t", 0), ("t", 1), ("u", 0)])), st.booleans(), st.booleans())
+def test_our_release_cut_short_is_finished_never_taken_for_a_live_writer(
+        state: TxnState, pid: int, epoch: int, parts: set[tuple[str, int]], recorded: bool,
+        stuck: bool) -> None:
+    """A release cut short before its EndTxn leaves the id Ongoing at a newer epoch of the same
+    producer id on the released partitions: judge says FINISH (commit it at that epoch), whatever
+    the spans look like; anything else is judged as before (issue 30, item 1)."""
+    h = _handle()
+    desc = TransactionDescription("q-0-0", state, pid, epoch, 60000, 0, tuple(sorted(parts)))
+    released = RELEASED if recorded else frozenset()
+    v = judge(h, desc, list(h.spans) if stuck else [], (), released)
+    ours = (recorded and state is TxnState.ONGOING and pid == PID and epoch > EPOCH
+            and bool(parts) and parts <= RELEASED)
+    if ours:
+        assert v.fate is StrandedFate.FINISH and v.end_at == (PID, epoch), v
+    else:
+        assert v.fate is not StrandedFate.FINISH and v.end_at is None
+        assert v == judge(h, desc, list(h.spans) if stuck else [])  # as without a release
+
+
+def test_released_partitions_are_folded_into_the_hold() -> None:
+    h = _handle()
+    state = fold([(0, Prepared("1", (h,))), (1, Committed("1", 0, ())),
+                  (2, Released(("1",), ("q-0-0",), (("q-0-0", "t", 0),))),
+                  (3, Released(("1",), ("q-0-0", "q-9-9"), (("q-0-0", "t", 1),
+                                                              ("q-9-9", "x", 5))))])
+    assert state.stranded["q-0-0"].released == RELEASED
+    assert state.stranded["q-9-9"].released == {("x", 5)}
+    cleared = fold([(4, Stranded((), ("q-0-0",)))], "", 0, after=state)
+    assert "q-0-0" not in cleared.stranded
+
+
+@given(st.lists(st.sampled_from(list(Fate)), max_size=4))
+def test_a_hold_is_proven_committed_only_by_every_span(fates: list[Fate]) -> None:
+    proof = proof_of(Verdict(f) for f in fates)
+    if Fate.ABORTED in fates:
+        assert proof is HoldProof.ABORTED
+    elif fates and set(fates) == {Fate.COMMITTED}:
+        assert proof is HoldProof.COMMITTED
+    else:
+        assert proof is HoldProof.UNPROVEN
 
 
 def test_committed_handles_takes_the_visible_handles() -> None:
@@ -197,3 +257,32 @@ def test_recover_releases_a_commit_whose_markers_a_broker_kill_dropped(
     assert wait_until_stable(broker.config(), stuck.topic, 60)
     audit = audit_topic(broker.config(), stuck.topic, expected_ids=stuck.ids)
     assert audit.passed and audit.records == len(stuck.ids), audit.summary()
+
+
+class _LogChecks:
+    """The control client's log check, answered from a table by first offset (no broker)."""
+
+    def __init__(self, aborted_from: int) -> None:
+        self.aborted_from = aborted_from
+
+    def log_check(self, topic: str, partition: int, first_offset: int, producer_id: int,
+                  epoch: int, topic_id: object, budget_s: float) -> LogCheckResult:
+        if first_offset >= self.aborted_from:
+            return LogCheckResult(LogOutcome.ABORTED, detail=f"aborted from offset {first_offset}")
+        return LogCheckResult(LogOutcome.COMMITTED)
+
+
+def test_a_loss_is_the_handles_with_an_aborted_span_not_every_handle_of_the_id() -> None:
+    """An id reused by a later batch holds the handles of both; the later one's records were
+    aborted (its stranded commit's release cut short, then fenced from outside), the earlier
+    one's are committed. The loss names the later batch only: the earlier one is not lost, and an
+    operator acknowledging it would be refused (the torture suite's kafka4-tv2 seed 20261126)."""
+    early = Handle("q-2-0", PID, EPOCH, (PartitionSpan("t", 1, 0, 1, 2),), 2, "c", 0, 60000, 2,
+                   0, 0)
+    late = Handle("q-2-0", PID, EPOCH + 2, (PartitionSpan("t", 1, 3, 4, 2),), 2, "c", 0, 60000,
+                  2, 0, 0)
+    evidence = prove_holds(cast(ControlClient, _LogChecks(aborted_from=3)),
+                           [("0", early), ("1", late)])
+    assert evidence.proofs["q-2-0"][0] is HoldProof.ABORTED  # the id's hold stays
+    assert set(evidence.aborted) == {txn_key(late)}
+    assert "@3" in evidence.aborted[txn_key(late)]

@@ -485,3 +485,53 @@ def test_choose_slot(prefix: str, p: int, attempt: int, slots: int, busy: set[in
     assert sorted(s for s in window if s is not None) == free
     if not busy:
         assert slot == attempt % slots  # nothing in use: the plain pool, as before
+
+
+# ---- one batch job of a family at a time (issue 30, item 4) ------------------------------------
+
+
+def test_a_job_family_lease_is_taken_renewed_and_ended() -> None:
+    from twopc.protocol.log_records import Lease
+    from twopc.protocol.plans import blocking_lease
+
+    taken = Lease("J1", "r1", 5000, 1000, "host a pid 1")
+    msgpack_round = from_body(msgpack.unpackb(msgpack.packb(to_body(taken))))
+    assert msgpack_round == taken
+    records: list[tuple[int, LogRecord]] = [(0, taken)]
+    lease = fold(records).lease
+    assert lease is not None and (lease.job, lease.run, lease.until_ms, lease.seq) == (
+        "J1", "r1", 5000, 0)
+    # Another job is refused while it is live, not after; a run of the same job takes it over.
+    assert blocking_lease(lease, "J2", 4999) == lease
+    assert blocking_lease(lease, "J2", 5000) is None
+    assert blocking_lease(lease, "J1", 1001) is None
+    assert blocking_lease(None, "J2", 0) is None
+    records.append((1, Lease("J1", "r1", 9000, 1000, "host a pid 1")))  # renewed
+    assert fold(records).lease.until_ms == 9000  # type: ignore[union-attr]
+    # Only the run holding it ends it.
+    records.append((2, Lease("J1", "r0", 0, 0, "old run")))
+    assert fold(records).lease is not None
+    assert fold([*records, (3, Lease("J1", "r1", 0, 1000, "x"))]).lease is None
+    # The job's committed record does not end it: its run still fences the orphans it names.
+    assert fold([*records, (3, Committed("J1", None, ()))]).lease is not None
+    assert fold([*records, (3, Committed("K", None, ()))]).lease is not None
+    # The purge keeps the record of a lease nothing ended (a later run's record ends it).
+    records += [(3, Committed("K", None, ())), (4, Committed("L", None, ()))]
+    assert purge_below(fold(records), 0) == 1  # its last record (the renewal) stays
+    assert purge_below(fold([*records, (5, Lease("J1", "r1", 0, 1000, "x"))]), 0) == 5
+
+
+def test_a_batch_without_records_names_the_id_of_its_offsets_transaction() -> None:
+    from twopc.driver.call import named_ids
+    from twopc.protocol.offsets import SourceOffsets, alone_id
+
+    offsets = SourceOffsets("g", (("t", 0, 5),))
+    assert alone_id("q") == "q-offsets" and not in_pool("q", alone_id("q"))  # no task takes it
+    carried = offsets.with_carrier("q-0-1")
+    state = fold([(0, Prepared("7", (), carried))])
+    assert state.pending_ids() == {"q-0-1"}
+    assert "pending intent of batch 7" in state.in_use()["q-0-1"]
+    assert named_ids(Prepared("7", (), carried)) == ("q-0-1",)
+    # An intent written before these transactions names no id: nothing is in use.
+    assert fold([(0, Prepared("7", (), offsets))]).pending_ids() == frozenset()
+    assert named_ids(Prepared("7", (), offsets)) == ()

@@ -10,7 +10,11 @@ from hypothesis import strategies as st
 
 from tests.protocol.strategies import handles
 from twopc.control import TransactionDescription, TxnState
-from twopc.driver.startup_guards import check_timeout
+from twopc.driver.startup_guards import (
+    check_timeout,
+    max_trigger_interval_ms,
+    trigger_interval_problem,
+)
 from twopc.errors import UnsupportedBroker
 from twopc.protocol.clock import (
     CLOCK_TOLERANCE_MS,
@@ -126,3 +130,28 @@ def test_timeout_within_broker_maximum() -> None:
         check_timeout(1_000_000, 900000)
     with pytest.raises(UnsupportedBroker, match="minimum"):
         check_timeout(500, None)
+
+
+@given(timeout=st.integers(1000, 900_000), margin=st.integers(0, 10_000),
+       trigger=st.integers(1, 2_000_000))
+def test_a_trigger_interval_fits_half_the_timeout_and_what_the_margin_leaves(
+        timeout: int, margin: int, trigger: int) -> None:
+    limit = max_trigger_interval_ms(timeout, margin)
+    assert limit <= timeout // 2 and limit <= max(0, timeout - margin)
+    problem = trigger_interval_problem(trigger, timeout, margin)
+    assert (problem is None) == (trigger <= limit)
+    if problem is not None:
+        # The fix it names is enough: the timeout it asks for allows the trigger.
+        needed = int(problem.split("twopc.transactionTimeoutMs to at least ")[1].split(" ")[0])
+        assert trigger_interval_problem(trigger, needed, margin) is None
+        assert f"at most {limit} ms" in problem
+
+
+def test_a_trigger_interval_problem_says_what_to_change() -> None:
+    assert trigger_interval_problem(30_000, 60_000, 5000) is None
+    text = trigger_interval_problem(40_000, 60_000, 5000)
+    assert text is not None and "40000 ms is more than 30000 ms" in text
+    assert "processingTime of at most 30000 ms" in text
+    assert "twopc.transactionTimeoutMs to at least 80000 ms" in text
+    # A margin above half the timeout is what limits the interval then.
+    assert max_trigger_interval_ms(8000, 5000) == 3000

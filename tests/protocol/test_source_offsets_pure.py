@@ -17,8 +17,10 @@ from twopc.control.protocol import Reader, Writer
 from twopc.protocol.handle import Handle
 from twopc.protocol.log_records import Committed, Prepared, RecordFormatError, from_body, to_body
 from twopc.protocol.offsets import (
+    CarrierAction,
     SourceOffsets,
     SourceOffsetsError,
+    carrier_action,
     carrier_of,
     explain,
     needs_offsets,
@@ -276,3 +278,20 @@ def test_spark_offsets_file_is_read_from_the_checkpoint(tmp_path: Path) -> None:
         batch_source_offsets(config, "6")
     assert batch_source_offsets(parse_options(BASE, streaming=True), "5") is None
     assert spark_checkpoint_file("s3a://b/c/", "offsets", "1") == "s3://b/c/offsets/1"
+
+
+@given(st.lists(st.sampled_from(["committed", "aborted", "undecided", "unknown", "wait",
+                                 "roll_forward"]), max_size=5))
+def test_the_carrier_commits_only_after_every_other_transaction_is_proven_committed(
+        others: list[str]) -> None:
+    """Issue 30, item 2: the group moves past the batch's source records only with all of them."""
+    from twopc.protocol.verdicts import Fate
+
+    fates = [Fate(f) for f in others]
+    action = carrier_action(fates)
+    if Fate.ABORTED in fates:
+        assert action is CarrierAction.FENCE
+    elif all(f is Fate.COMMITTED for f in fates):
+        assert action is CarrierAction.COMMIT
+    else:
+        assert action is CarrierAction.WAIT

@@ -2,13 +2,13 @@
 executors as the README says, drivers run with spark-submit, and Spark's event log read back.
 
 The executors' Python is an interpreter that has twopc's dependencies but not twopc itself, so
-every cluster test also proves that `--py-files twopc.zip` (the wheel, renamed) is enough.
+every cluster test also proves that twopc's wheel, as `python -m build` makes it, shipped with
+`--py-files` (executor_settings), is enough.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 import sysconfig
@@ -30,28 +30,18 @@ DRIVER = Path(__file__).with_name("spark_driver.py")
 RUN_LIMIT_S = 900.0
 
 
-def build_twopc_zip(out: Path) -> Path:
-    """twopc's wheel built from this checkout (offline, as `pip wheel --no-deps .`), copied to
-    `twopc.zip`: PySpark puts `--py-files` entries on the executors' sys.path only when they end in
-    .zip, .egg or .jar (pyspark/core/context.py, PACKAGE_EXTENSIONS); a .whl reaches the driver only."""
-    src = out / "src"
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    src.mkdir(parents=True)
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(REPO / name, src / name)
-    for package in ("twopc", "checkpoint"):
-        shutil.copytree(REPO / package, src / package, ignore=ignore)
-    dist = out / "dist"
-    built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "--no-index",
-         "--disable-pip-version-check", "-w", str(dist), str(src)],
-        capture_output=True, text=True,
-    )
-    wheels = sorted(dist.glob("twopc-*.whl"))
-    if built.returncode != 0 or len(wheels) != 1:
-        raise RuntimeError(f"building twopc's wheel failed ({built.returncode}): "
-                           f"{built.stderr[-2000:]}")
-    return Path(shutil.copy(wheels[0], out / "twopc.zip"))
+def executor_settings(wheel: Path) -> tuple[dict[str, str], dict[str, str]]:
+    """The Spark settings and the spark-submit environment that give twopc's wheel, shipped with
+    `--py-files`, to every Python process of an application (README.md, *Run it on a cluster*).
+
+    PySpark (4.3: pyspark/core/context.py, PACKAGE_EXTENSIONS) puts a `--py-files` entry on the
+    Python workers' sys.path only if it ends in .zip, .egg or .jar, so a .whl is copied to each
+    executor's working directory and left there. `spark.executorEnv.PYTHONPATH` names it, relative
+    to that directory (where the executors' Python workers run), and Python imports from it as from
+    a zip. The driver-side Python workers (which run kafka2pc's commit()) take the driver JVM's
+    PYTHONPATH, that of spark-submit's environment: the wheel's absolute path. (`spark.archives`
+    does not help: Spark cannot unpack a .whl and only copies it, as `--py-files` does.)"""
+    return ({"spark.executorEnv.PYTHONPATH": wheel.name}, {"PYTHONPATH": str(wheel.resolve())})
 
 
 def python_without_twopc(directory: Path) -> Path:
@@ -77,11 +67,11 @@ def python_without_twopc(directory: Path) -> Path:
 
 @dataclass(frozen=True)
 class ClusterSetup:
-    """The cluster, the executors' interpreter and the package shipped to them."""
+    """The cluster, the executors' interpreter and twopc's wheel shipped to them."""
 
     cluster: SparkCluster
     python: Path
-    py_files: Path
+    wheel: Path
 
 
 @dataclass
@@ -158,10 +148,12 @@ class ClusterJob:
 def submit(setup: ClusterSetup, mode: str, cfg: Mapping[str, Any], workdir: Path, name: str, *,
            conf: Mapping[str, str] | None = None, env: Mapping[str, str] | None = None) -> ClusterJob:
     """Start spark_driver.py on the cluster with spark-submit (client mode), once the cluster is idle:
-    twopc shipped as `--py-files twopc.zip`, driver and executors on the interpreter without twopc,
+    twopc's wheel shipped with `--py-files` (executor_settings), driver and executors on the
+    interpreter without twopc,
     Spark's event log (uncompressed) under `workdir/<name>-events`."""
     cluster = setup.cluster
     cluster.wait_idle()
+    shipped, submit_env = executor_settings(setup.wheel)
     events = workdir / f"{name}-events"
     events.mkdir(parents=True)
     settings = {
@@ -179,11 +171,13 @@ def submit(setup: ClusterSetup, mode: str, cfg: Mapping[str, Any], workdir: Path
         "spark.eventLog.compress": "false",
         "spark.eventLog.rolling.enabled": "false",
         "spark.eventLog.dir": events.as_uri(),
+        **shipped,
         **(conf or {}),
     }
     argv = cluster.submit_argv(DRIVER, [mode, json.dumps({**cfg, "master": "spark-submit"})],
-                               conf=settings, py_files=[setup.py_files])
-    proc = DriverProcess(argv, workdir / f"{name}.err", {**cluster.submit_env(), **(env or {})})
+                               conf=settings, py_files=[setup.wheel])
+    proc = DriverProcess(argv, workdir / f"{name}.err",
+                         {**cluster.submit_env(), **submit_env, **(env or {})})
     return ClusterJob(proc, events)
 
 

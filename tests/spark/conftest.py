@@ -11,7 +11,9 @@ from typing import Any
 import pytest
 from twopc_testing.spark_cluster import SparkCluster
 
-from .cluster import ClusterSetup, build_twopc_zip, python_without_twopc
+from tests.wheel_build import build_twopc
+
+from .cluster import ClusterSetup, python_without_twopc
 
 
 def spark_builder(master: str = "local[2]") -> Any:
@@ -44,10 +46,11 @@ def spark() -> Iterator[Any]:
 @pytest.fixture(scope="session")
 def cluster_setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterSetup]:
     """A Spark standalone cluster (a master, two 1-core workers) for the whole session, the
-    interpreter its executors run (twopc's dependencies, not twopc) and twopc shipped as a zip.
+    interpreter its executors run (twopc's dependencies, not twopc) and twopc's wheel
+    (`python -m build`) shipped to them.
     If any of it cannot be had, every test that uses it fails with the reason (ClusterError ...)."""
     root = tmp_path_factory.mktemp("spark-cluster")
-    py_files = build_twopc_zip(root / "package")
+    wheel = build_twopc(root / "package").wheel
     python = python_without_twopc(root / "executor-python")
     with SparkCluster(root / "cluster", workers=2, cores=1, worker_memory_mb=1024).start() as cluster:
-        yield ClusterSetup(cluster, python, py_files)
+        yield ClusterSetup(cluster, python, wheel)

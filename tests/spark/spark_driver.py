@@ -4,6 +4,7 @@
     python spark_driver.py stream CONFIG_JSON   # JSON files -> kafka2pc, availableNow, 4 partitions
     python spark_driver.py kafka  CONFIG_JSON   # Kafka topic -> kafka2pc + commitSourceOffsets
     python spark_driver.py job    CONFIG_JSON   # write_exactly_once of the batch rows; prints its report
+    python spark_driver.py parity CONFIG_JSON   # one frame through format("kafka") and kafka2pc
 
 CONFIG_JSON: {"master", "bootstrap", "topic", "checkpoint", "prefix", "rows" | "source",
 "spark_checkpoint", "job_id", "first", "partitions", "options"}; batch rows are ids
@@ -11,6 +12,14 @@ first..first+rows-1 (first: 0 by default) in "partitions" partitions (4); "optio
 overrides sink options. "master": "spark-submit" takes the master and the driver's settings from
 spark-submit (tests on a standalone cluster: tests/spark/test_cluster.py).
 Prints one line `RESULT <json>` on success.
+
+Mode parity writes one frame of `rows` rows (one Spark partition: each sink writes them in order)
+with every column of Spark's Kafka sink (key, value, topic, partition, headers, nulls among them)
+through Spark's built-in sink and through kafka2pc, with the same `kafka.*` options (`options`),
+for each case of `cases`: {"builtin": [topic, topic], "twopc": [topic, topic], "option": topic or
+null}, rows alternating between the two topics of the `topic` column, the `topic` option `option`
+(the sink's own topic of that name). Both writes need Spark's Kafka package (its jars:
+twopc.broker.artifacts).
 
 Mode kafka reads `source_topic` with Spark's Kafka source (its jars: twopc.broker.artifacts), drops
 values starting with `drop-`, and writes the rest through kafka2pc with twopc.commitSourceOffsets =
@@ -44,7 +53,7 @@ def main() -> None:
     import twopc.spark
 
     builder = SparkSession.builder
-    if mode == "kafka":
+    if mode in ("kafka", "parity"):
         from twopc.broker.artifacts import spark_kafka_jars
 
         builder = builder.config("spark.jars", ",".join(spark_kafka_jars()))
@@ -98,6 +107,9 @@ def main() -> None:
             query.awaitTermination()
             print("RESULT " + json.dumps({"ok": True, "batches": query.lastProgress["batchId"]}),
                   flush=True)
+        elif mode == "parity":
+            _parity(spark, cfg, options)
+            print("RESULT " + json.dumps({"ok": True}), flush=True)
         elif mode == "kafka":
             _kafka_rounds(spark, cfg, options)
             print("RESULT " + json.dumps({"ok": True}), flush=True)
@@ -105,6 +117,38 @@ def main() -> None:
             raise SystemExit(f"unknown mode {mode}")
     finally:
         spark.stop()
+
+
+def _parity_frame(spark: Any, rows: int, topics: list[str]) -> Any:
+    """Every column of Spark's Kafka sink, with nulls: no key every 5th row; the partitioner
+    decides every 3rd keyed row (null partition); headers null, empty, two of one name, or one
+    with a null value."""
+    header = "named_struct('key', {k}, 'value', CAST({v} AS BINARY))"
+    empty = f"filter(array({header.format(k=repr('x'), v=repr('x'))}), h -> false)"
+    return spark.range(0, rows, 1, 1).selectExpr(
+        "CASE WHEN id % 5 = 0 THEN NULL ELSE concat('k-', CAST(id % 7 AS STRING)) END AS key",
+        "concat('v-', CAST(id AS STRING)) AS value",
+        f"CASE WHEN id % 2 = 0 THEN '{topics[0]}' ELSE '{topics[1]}' END AS topic",
+        "CASE WHEN id % 5 <> 0 AND id % 3 = 0 THEN NULL ELSE CAST(id % 4 AS INT) END AS partition",
+        "CASE id % 4 WHEN 0 THEN NULL WHEN 1 THEN " + empty + " WHEN 2 THEN array("
+        + header.format(k="'h'", v="concat('a-', CAST(id AS STRING))") + ", "
+        + header.format(k="'h'", v="'b'") + ") ELSE array("
+        + header.format(k="'n'", v="NULL") + ") END AS headers")
+
+
+def _parity(spark: Any, cfg: dict[str, Any], options: dict[str, str]) -> None:
+    kafka = {k: v for k, v in options.items() if k.startswith("kafka.")}
+    twopc = {k: v for k, v in options.items() if k != "topic"}
+    for number, case in enumerate(cfg["cases"]):
+        builtin = _parity_frame(spark, cfg["rows"], case["builtin"]).write.format("kafka") \
+            .options(**kafka)
+        ours = _parity_frame(spark, cfg["rows"], case["twopc"]).write.format("kafka2pc") \
+            .options(**twopc).option("twopc.jobId", f"parity-{number}")
+        if case.get("option"):
+            builtin = builtin.option("topic", case["option"]["builtin"])
+            ours = ours.option("topic", case["option"]["twopc"])
+        builtin.mode("append").save()
+        ours.mode("append").save()
 
 
 def _kafka_rounds(spark: Any, cfg: dict[str, Any], options: dict[str, str]) -> None:

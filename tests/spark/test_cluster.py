@@ -23,6 +23,7 @@ from twopc_testing.s3 import S3Server
 from checkpoint import open_log
 from twopc.broker.under_test import KafkaUnderTest
 from twopc.control import ControlClient, TxnState
+from twopc.crashpoints import TEST_HOOKS_VALUE, TEST_HOOKS_VAR
 from twopc.demo.drivers import kill_session, write_json_files
 from twopc.ops.audit import audit_topic
 
@@ -191,7 +192,8 @@ def test_a_speculative_copy_wins_and_the_orphan_is_fenced(
     cfg = config(broker, topic, twopc_log, prefix, rows=rows, partitions=partitions, job_id="job-spec")
     conf = {**SPECULATION,
             "spark.executorEnv.TWOPC_PAUSE_AT": f"spark.task.precommitted.partition{last}.attempt0",
-            "spark.executorEnv.TWOPC_PAUSE_SECONDS": "600"}
+            "spark.executorEnv.TWOPC_PAUSE_SECONDS": "600",
+            f"spark.executorEnv.{TEST_HOOKS_VAR}": TEST_HOOKS_VALUE}
     job = submit(cluster_setup, "batch", cfg, tmp_path, "speculation", conf=conf)
     job.assert_succeeded()
 
@@ -229,7 +231,8 @@ def test_an_executor_killed_mid_write(
     cfg = config(broker, topic, twopc_log, prefix, rows=400, job_id="job-kill")
     conf = {"spark.executorEnv.TWOPC_PAUSE_AT": "writer.after_produce",
             "spark.executorEnv.TWOPC_PAUSE_UNTIL": str(go),
-            "spark.executorEnv.TWOPC_PAUSE_SECONDS": "600"}
+            "spark.executorEnv.TWOPC_PAUSE_SECONDS": "600",
+            f"spark.executorEnv.{TEST_HOOKS_VAR}": TEST_HOOKS_VALUE}
     job = submit(cluster_setup, "batch", cfg, tmp_path, "kill-mid-write", conf=conf)
     app = job.wait_app()
     with ControlClient(broker.config()) as control:

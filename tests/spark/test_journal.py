@@ -13,6 +13,7 @@ import pytest
 from twopc.driver import observe
 from twopc.driver.recovery_report import BatchReport, HandleReport, RecoveryReport
 from twopc.protocol.verdicts import BatchOutcome
+from twopc.spark.errors import JournalError
 from twopc.spark.journal import KEEP_BATCHES, Journal, batch_entry, batch_name, recovery_entry
 from twopc.spark.listener import LOGGER_NAME, TwopcProgressListener
 
@@ -74,14 +75,18 @@ def test_journal_round_trip_and_pruning(tmp_path: Path) -> None:
     assert len(names) == KEEP_BATCHES and not any(n.startswith(".tmp") for n in names)
 
 
-def test_a_torn_or_foreign_file_reads_as_nothing(tmp_path: Path) -> None:
+def test_a_torn_or_foreign_file_is_a_journal_error_naming_it(tmp_path: Path) -> None:
+    """Issue 33: such a file crashed `twopc status`; it is a typed error naming the file (status
+    shows it as a note, the listener as a warning), never read as figures."""
     journal = Journal((tmp_path / "log").as_uri())
     journal.write_batch("1", batch_entry(QUERY, fig("1")))
     path = tmp_path / "log" / "observe" / batch_name("1")
-    path.write_text('{"format": 1, "owner')  # half a file
-    assert journal.read_batch("1") is None
-    path.write_text(json.dumps({"format": 99}))
-    assert journal.read_batch("1") is None
+    for text in ('{"format": 1, "owner', json.dumps({"format": 99}), "[]",
+                 json.dumps({"format": 1, "owner_id": QUERY, "at_ms": 1, "figures": {}}),
+                 json.dumps({"format": 1, "owner_id": QUERY, "figures": {"commit_latency_ms": 1}})):
+        path.write_text(text)  # half a file, another format, another shape
+        with pytest.raises(JournalError, match=batch_name("1")):
+            journal.read_batch("1")
 
 
 def test_listener_reports_its_query_and_passes_over_others(

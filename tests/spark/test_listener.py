@@ -128,9 +128,11 @@ def test_recovery_after_a_killed_commit_reaches_the_driver(
 def test_a_failed_commit_is_reported_when_the_query_stops(
     spark: Any, broker: KafkaUnderTest, topic: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # A commit margin above the whole timeout: the check before the intent fails every batch.
+    # A commit margin of the whole timeout but 1 ms (a larger one is refused as an option): any
+    # transaction has used more than 1 ms by its commit, so the check before the intent fails
+    # every batch.
     options = {**sink_options(broker.bootstrap_servers, topic, tmp_path),
-               "twopc.commitMarginMs": "120000"}
+               "twopc.commitMarginMs": "59999"}
     listener = TwopcProgressListener(options)
     spark.streams.addListener(listener)
     source = tmp_path / "in"

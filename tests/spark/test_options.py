@@ -35,7 +35,9 @@ def lower(options: dict[str, str]) -> dict[str, str]:
 
 def test_minimal_options_parse_with_defaults() -> None:
     config = parse_options(lower({**BASE, "topic": "t", "kafka.linger.ms": "5"}), streaming=True)
-    assert config.producer_config == {"bootstrap.servers": "localhost:9092", "linger.ms": "5"}
+    # The Java producer's partitioner by default, as format("kafka") (twopc/spark/jvm_options.py).
+    assert config.producer_config == {"bootstrap.servers": "localhost:9092", "linger.ms": "5",
+                                      "partitioner": "murmur2_random"}
     assert config.topic == "t"
     assert config.prefix == "orders"
     assert config.transaction_timeout_ms == 60_000
@@ -69,6 +71,10 @@ def test_names_are_case_insensitive_and_values_keep_case() -> None:
         ({"twopc.storageOptions": "[1]"}, None, "JSON object"),
         ({"topic": " "}, None, "topic is empty"),
         ({"twopc.jobId": "j1"}, None, "for batch writes"),
+        ({"twopc.metricsPort": "65536"}, None, "at most 65535"),
+        ({"twopc.metricsPort": "-1"}, None, "at least 0"),
+        ({"twopc.metricsPort": "http"}, None, "must be an integer"),
+        ({"twopc.metricPort": "9478"}, None, "did you mean twopc.metricsPort"),
     ],
 )
 def test_bad_options_name_the_problem(extra: dict[str, str], drop: str | None, needle: str) -> None:
@@ -77,6 +83,14 @@ def test_bad_options_name_the_problem(extra: dict[str, str], drop: str | None, n
         del options[drop]
     with pytest.raises(OptionError, match=needle.replace("(", r"\(")):
         parse_options(lower(options), streaming=True)
+
+
+def test_metrics_port_is_for_streaming_queries() -> None:
+    assert parse_options(lower(BASE), streaming=True).metrics_port is None
+    config = parse_options(lower({**BASE, "twopc.metricsPort": "9478"}), streaming=True)
+    assert config.metrics_port == 9478
+    with pytest.raises(OptionError, match="twopc metrics"):
+        parse_options({**BASE, "twopc.metricsPort": "9478", "twopc.jobId": "j"}, streaming=False)
 
 
 def test_storage_options_from_json_and_prefixed_keys() -> None:
@@ -137,3 +151,47 @@ def test_acks_other_than_all_is_refused_on_the_driver(option: dict[str, str]) ->
     config = parse_options(lower({**BASE, **option}), streaming=False)
     with pytest.raises(OptionError, match="`acks` must be set to `all`"):
         check_producer_config(config)
+
+
+def test_a_metrics_port_in_use_is_an_option_error_naming_it() -> None:
+    from twopc.spark.metrics import start_metrics
+
+    first = start_metrics(parse_options({**BASE, "twopc.metricsPort": "0"}, streaming=True))
+    assert first is not None and first.port > 0  # started without asking the cluster anything
+    try:
+        taken = parse_options({**BASE, "twopc.metricsPort": str(first.port)}, streaming=True)
+        with pytest.raises(OptionError, match=f"twopc.metricsPort={first.port}: cannot listen"):
+            start_metrics(taken)
+        assert start_metrics(parse_options(BASE, streaming=True)) is None
+    finally:
+        first.stop()
+
+
+def test_the_trigger_interval_option() -> None:
+    """twopc.triggerIntervalMs: streaming only, a positive integer; checked at start against the
+    timeout (TriggerIntervalError, an OptionError naming the option and the fix), before any
+    connection to the cluster."""
+    from twopc.spark.errors import TriggerIntervalError
+    from twopc.spark.option_checks import check_at_start
+
+    config = parse_options(lower({**BASE, "twopc.triggerIntervalMs": "30000"}), streaming=True)
+    assert config.trigger_interval_ms == 30000
+    assert parse_options(lower(BASE), streaming=True).trigger_interval_ms is None
+    with pytest.raises(OptionError, match="is for streaming queries"):
+        parse_options(lower({**BASE, "twopc.triggerIntervalMs": "1000"}), streaming=False)
+    with pytest.raises(OptionError, match="at least 1"):
+        parse_options(lower({**BASE, "twopc.triggerIntervalMs": "0"}), streaming=True)
+    # 40 s against the default 60 s timeout: refused at start, before the producer or the
+    # control client is made (the bootstrap server here answers nothing).
+    too_long = parse_options(lower({**BASE, "twopc.triggerIntervalMs": "40000"}), streaming=True)
+    with pytest.raises(TriggerIntervalError) as caught:
+        check_at_start(too_long, streaming=True)
+    assert str(caught.value).startswith("option twopc.triggerIntervalMs: a trigger interval of "
+                                        "40000 ms is more than 30000 ms")
+    assert "twopc.transactionTimeoutMs to at least 80000 ms" in str(caught.value)
+    assert isinstance(caught.value, OptionError)
+    # The commit margin counts: 5 s of a 9 s timeout leave 4 s, less than half.
+    tight = parse_options(lower({**BASE, "twopc.triggerIntervalMs": "4500",
+                                 "twopc.transactionTimeoutMs": "9000"}), streaming=True)
+    with pytest.raises(TriggerIntervalError, match="more than 4000 ms"):
+        check_at_start(tight, streaming=True)

@@ -49,11 +49,11 @@ def test_columns_carry_the_same_records_as_rows(batches: list[list[tuple[str, st
 
     plain = [pa.RecordBatch.from_arrays([column([v for v, _ in b]), column([k for _, k in b])],
                                         names=["Value", "key"]) for b in batches]
-    # The same rows with a topic column take the general path (one Row per row).
+    # The same rows with a topic column and no topic option take the general path (a Row each).
     general = [batch.append_column("topic", pa.array([TOPIC] * batch.num_rows, pa.string()))
                for batch in plain]
     columnar = list(rows_from_batches(plain, 0, TOPIC))
-    one_by_one = list(rows_from_batches(general, 0, TOPIC))
+    one_by_one = list(rows_from_batches(general, 0, None))
     assert all(isinstance(item, Columns) and len(item) for item in columnar)
     assert all(isinstance(item, Row) for item in one_by_one)
     expected = [(TOPIC, None if k is None else k.encode(), v.encode()) for b in batches
@@ -71,9 +71,26 @@ def test_a_null_value_is_named_by_its_row_in_the_task(with_topic: bool) -> None:
     if with_topic:
         batches = [b.append_column("topic", pa.array([TOPIC] * 3)) for b in batches]
     with pytest.raises(BadRowError, match="row 4 of Spark partition 7 has a null value"):
-        list(rows_from_batches(batches, 7, TOPIC))
+        list(rows_from_batches(batches, 7, None if with_topic else TOPIC))
 
 
 def test_empty_batches_yield_nothing() -> None:
     empty = pa.record_batch([pa.array([], pa.string())], names=["value"])
     assert list(rows_from_batches([empty, empty], 0, TOPIC)) == []
+
+
+def test_the_topic_option_overrides_the_topic_column() -> None:
+    """As in Spark's Kafka sink (tests/spark/test_sink_parity.py compares the two): with the topic
+    option, every row goes to it, whatever its topic column says; without it, each row's topic
+    column names its topic, and a null one is an error naming the row."""
+    batch = pa.record_batch([pa.array(["a", "b"]), pa.array(["x", None]), pa.array([1, None],
+                                                                                  pa.int32())],
+                            names=["value", "topic", "partition"])
+    rows = list(rows_from_batches([batch], 0, "option"))
+    assert [(r.topic, r.value, r.partition) for r in rows if isinstance(r, Row)] == [
+        ("option", b"a", 1), ("option", b"b", None)]
+    plain = batch.select(["value", "topic"])
+    assert [len(c) for c in rows_from_batches([plain], 0, "option")
+            if isinstance(c, Columns)] == [2]  # the columnar path: the column is not read
+    with pytest.raises(BadRowError, match="row 1 of Spark partition 3 has a null topic"):
+        list(rows_from_batches([batch], 3, None))

@@ -8,7 +8,9 @@ Schedule i uses seed S + i. Every `--spark-every`th schedule runs the Spark work
 report-<variant>.json and .md; exits 1 if a schedule failed, a fault kind was injected fewer than
 --min-faults (10) times, or an outcome kind was never reached (2 with --only-seed if that schedule
 failed). `--variant kafka4-3node` is a replicated cluster: its broker faults kill one broker, the
-partition leader or the transaction coordinator (tests/torture/schedule.py, victim_role).
+partition leader or the transaction coordinator (tests/torture/schedule.py, victim_role), and it
+alone takes leader_down_during_check. The coverage rule counts the kinds each cluster can take
+(tests/torture/result.py, required_faults and required_outcomes).
 """
 
 from __future__ import annotations
@@ -44,7 +46,8 @@ def run_one(index: int, seed: int, broker: KafkaUnderTest, workdir: Path, varian
         kind = "streaming" if ((index + 1) // spark_every) % 2 else "batch"
         result: ScheduleResult = run_spark_schedule(seed, broker, workdir, kind)
         return result
-    return run_core_schedule(make_schedule(seed), broker, workdir, variant)
+    return run_core_schedule(make_schedule(seed, replicated=broker.replicated), broker, workdir,
+                             variant)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     # A background run ignores SIGINT: make SIGTERM stop the broker (the finally below).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     broker = start_kafka(args.variant)
+    replicated = broker.replicated
     work = Path(tempfile.mkdtemp(prefix=f"torture-{args.variant}-"))
     results: list[ScheduleResult] = []
     began = time.monotonic()
@@ -92,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(work, ignore_errors=True)
     if args.only_seed is not None:
         return 0 if results and results[0].passed else 2
-    summary = summarize(results, args.variant, args.seed, min_faults=args.min_faults)
+    summary = summarize(results, args.variant, args.seed, min_faults=args.min_faults,
+                        replicated=replicated)
     args.report.mkdir(parents=True, exist_ok=True)
     (args.report / f"report-{args.variant}.json").write_text(json.dumps(summary, indent=1) + "\n")
     (args.report / f"report-{args.variant}.md").write_text(render_markdown(summary))

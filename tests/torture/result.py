@@ -22,7 +22,16 @@ FAULT_KINDS: tuple[str, ...] = (
     "storage_slow",            # the checkpoint storage answers slowly
     "pause_past_timeout",      # the driver stops for longer than the transaction timeout
     "two_drivers",             # a second driver started on the same checkpoint
+    # The control client's requests (twopc/control/faults.py), per API and transactional id:
+    "request_lost",            # a request dropped before it is sent (once, or every retry)
+    "answer_lost",             # the broker acted, its answer is dropped (once, or every retry)
+    "request_delayed",         # an EndTxn held back past its transaction's timeout
+    "expire_in_waves",         # a batch's transactions written in waves, the earliest expire
+    "outside_abort",           # an operator fences an open or held id from another process
+    "leader_down_during_check",  # a partition leader killed while the marker check is paused
 )
+# Faults only a replicated cluster can take (one broker of several killed, the others lead on).
+REPLICATED_ONLY_FAULTS: tuple[str, ...] = ("leader_down_during_check",)
 
 # Every way a batch can end. The long run must reach each at least once.
 OUTCOME_KINDS: tuple[str, ...] = (
@@ -34,7 +43,37 @@ OUTCOME_KINDS: tuple[str, ...] = (
     "data_loss_raised",        # partly committed; the re-run differed; DataLossError raised
     "resolved_by_operator",    # an explicit, recorded operator resolution after DataLossError
     "fenced",                  # a losing driver or zombie stopped by the log or by a fence
+    "loss_acknowledged",       # committed records proven aborted (StrandedCommitAborted),
+                               # then an operator's `twopc recover --acknowledge-loss`
 )
+# Outcomes that need a commit whose markers the broker dropped: a single broker drops them when
+# it is killed with markers pending (tests/broker/test_restart_mid_commit.py); a replicated cluster
+# always has a leader to send them to.
+STRANDED_OUTCOMES: tuple[str, ...] = ("loss_acknowledged",)
+
+# What the report counts besides faults and outcomes: the paths of issue 30 items 1 and 2 that the
+# faults reached, each read from what twopc answered or recorded.
+REACHED_KINDS: tuple[str, ...] = (
+    "stranded_commit",          # a commit's markers were dropped by the broker (seen stranded)
+    "release_cut_short",        # a stranded commit's release failed midway (CommitUnverified,
+                                # StrandedUnreleased: "release failed at ...")
+    "release_finished",         # the next check committed a half-done release (item 1, FINISH)
+    "stranded_commit_aborted",  # the next check proved the stranded records aborted (item 1)
+    "carrier_fenced",           # a carrier of source offsets fenced: its batch lost another
+                                # transaction (item 2; Partial/Aborted names the carrier)
+    "carrier_committed_late",   # a carrier held back, committed once the rest was proven (item 2)
+    "group_checked",            # the group's offsets read (require_stable) against what is visible
+)
+
+
+def required_faults(replicated: bool) -> tuple[str, ...]:
+    """The fault kinds a long run on this kind of cluster must inject."""
+    return tuple(k for k in FAULT_KINDS if replicated or k not in REPLICATED_ONLY_FAULTS)
+
+
+def required_outcomes(replicated: bool) -> tuple[str, ...]:
+    """The outcome kinds a long run on this kind of cluster must reach."""
+    return tuple(k for k in OUTCOME_KINDS if not replicated or k not in STRANDED_OUTCOMES)
 
 
 @dataclass
@@ -55,12 +94,16 @@ class ScheduleResult:
     stranded_released: int = 0         # commits whose markers a killed broker dropped, released
     victims: Counter[str] = field(default_factory=Counter)  # replicated cluster: role -> brokers
                                        # killed holding it (schedule.VICTIM_ROLES)
+    fired: Counter[str] = field(default_factory=Counter)  # control-client faults that fired, by
+                                       # "API action" (the fault log, twopc/control/faults.py)
+    reached: Counter[str] = field(default_factory=Counter)  # REACHED_KINDS -> times
     passed: bool = False
     error: str | None = None           # why it failed (audit or harness), None if it passed
     seconds: float = 0.0
 
     def __post_init__(self) -> None:
-        unknown = (set(self.faults) - set(FAULT_KINDS)) | (set(self.outcomes) - set(OUTCOME_KINDS))
+        unknown = ((set(self.faults) - set(FAULT_KINDS)) | (set(self.outcomes) - set(OUTCOME_KINDS))
+                   | (set(self.reached) - set(REACHED_KINDS)))
         if unknown:
             raise ValueError(f"unknown fault or outcome kinds {sorted(unknown)}; "
                              f"use the names in tests/torture/result.py")
@@ -69,6 +112,7 @@ class ScheduleResult:
         data = asdict(self)
         data["faults"], data["outcomes"] = dict(self.faults), dict(self.outcomes)
         data["victims"] = dict(self.victims)
+        data["fired"], data["reached"] = dict(self.fired), dict(self.reached)
         return data
 
 

@@ -7,7 +7,12 @@ most one fault of tests/torture/result.py's FAULT_KINDS and where to inject it: 
 (SIGKILL of the driver's whole session, or of one Python worker for a task failure) or a named pause
 point (the commit worker stops there while the harness kills the broker, breaks the checkpoint
 storage, lets the transactions time out, or starts a second driver). The point names are the core's
-(tests/torture/schedule.py), with Spark's own `spark.task.precommitted.attempt0`.
+(tests/torture/schedule.py), with Spark's own `spark.task.precommitted.attempt0`. The control
+client's request faults reach the driver-side Python workers that run the commit through the
+driver's environment (TWOPC_CONTROL_FAULTS): one Spark partition's EndTxn is lost, its answer is
+lost, or it is held back past the transaction timeout; and an operator fences one open
+transaction while the commit is paused. The faults that need the core harness's control of each
+task's start (expire_in_waves) or of the cluster (leader_down_during_check) are not drawn here.
 """
 
 from __future__ import annotations
@@ -24,6 +29,15 @@ from tests.torture.schedule import (
     STORAGE_OPERATIONS,
     WEIGHTS,
 )
+
+# The fault kinds a Spark schedule draws.
+SPARK_FAULTS: tuple[str, ...] = tuple(k for k in FAULT_KINDS
+                                      if k not in ("expire_in_waves", "leader_down_during_check"))
+SPARK_WEIGHTS: dict[str | None, float] = {k: w for k, w in WEIGHTS.items()
+                                          if k is None or k in SPARK_FAULTS}
+SPARK_PARTITIONS = 4  # the workload's topic and Spark partitions
+# outside_abort: where the commit worker is paused while an operator fences one open transaction.
+ABORT_POINTS: tuple[str, ...] = ("after_intent", "after_endtxn_1")
 
 KINDS = ("streaming", "batch")
 # A task that dies after its pre-commit, before Spark hears of it. Only attempt 0 dies: the retry
@@ -49,12 +63,13 @@ class SparkStep:
     wake_before_restart: bool = False   # broker_kill_mid_commit: the driver goes on while down
     rerun_changed: bool = False         # pause_past_timeout: the partly committed batch's re-run
                                         # reads other data (DataLossError, then the operator)
+    target: int = 0                     # request faults, outside_abort: the Spark partition hit
 
     @property
     def pause(self) -> bool:
         """Is the fault injected while the commit worker is paused (not by a crash point)?"""
         return self.fault in ("broker_kill", "broker_kill_mid_commit", "storage_failure",
-                              "pause_past_timeout", "two_drivers")
+                              "pause_past_timeout", "two_drivers", "outside_abort")
 
     def describe(self) -> str:
         head = f"step {self.index}: {self.files} file(s) x {self.rows} rows"
@@ -78,6 +93,14 @@ class SparkStep:
                                   + (", re-run changed" if self.rerun_changed else ""),
             "two_drivers": f"first driver paused at {self.point}, a second driver runs the "
                            "same checkpoints",
+            "request_lost": f"the EndTxn of partition {self.target} (slot 0) dropped before it "
+                            "is sent, once per commit",
+            "answer_lost": f"the answer to the EndTxn of partition {self.target} (slot 0) "
+                           "dropped after the broker acted, once per commit",
+            "request_delayed": f"the EndTxn of partition {self.target} (slot 0) held back past "
+                               "the (short) transaction timeout",
+            "outside_abort": f"an operator fences an open transaction while the commit is "
+                             f"paused at {self.point}",
         }[self.fault]
         return f"{head}: {self.fault}: {detail}"
 
@@ -122,6 +145,11 @@ def plan_step(rng: random.Random, index: int, fault: str | None, kind: str) -> S
     if fault == "two_drivers":
         return SparkStep(index, files, rows, fault,
                          f"coordinator.{rng.choice(SECOND_DRIVER_POINTS)}")
+    if fault in ("request_lost", "answer_lost", "request_delayed"):
+        return SparkStep(index, files, rows, fault, target=rng.randrange(SPARK_PARTITIONS))
+    if fault == "outside_abort":
+        return SparkStep(index, files, rows, fault, f"coordinator.{rng.choice(ABORT_POINTS)}",
+                         target=rng.randrange(SPARK_PARTITIONS))
     raise ValueError(f"unknown fault kind {fault!r}; known: {FAULT_KINDS}")
 
 
@@ -130,9 +158,9 @@ def make_spark_schedule(seed: int, kind: str, steps: int = 2) -> SparkSchedule:
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     rng = random.Random(f"spark-{kind}-{seed}")
-    kinds = list(WEIGHTS)
-    faults = rng.choices(kinds, weights=[WEIGHTS[k] for k in kinds], k=steps)
+    kinds = list(SPARK_WEIGHTS)
+    faults = rng.choices(kinds, weights=[SPARK_WEIGHTS[k] for k in kinds], k=steps)
     if all(f is None for f in faults):
-        faults[rng.randrange(steps)] = rng.choice(FAULT_KINDS)
+        faults[rng.randrange(steps)] = rng.choice(SPARK_FAULTS)
     return SparkSchedule(seed, kind, tuple(plan_step(rng, i, f, kind)
                                            for i, f in enumerate(faults)))

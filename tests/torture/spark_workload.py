@@ -40,6 +40,7 @@ from tests.torture.spark_outcomes import Appended, classify, recovery_reports
 from tests.torture.spark_schedule import SparkSchedule, SparkStep, make_spark_schedule
 from twopc.broker.under_test import KafkaUnderTest
 from twopc.control import ControlClient, TxnState
+from twopc.control import faults as cf
 from twopc.demo.drivers import DriverProcess, write_json_files
 from twopc.driver.call import DriverSettings
 from twopc.driver.observe import recovery_summary
@@ -107,6 +108,9 @@ class _SparkJob:
         self.spark_checkpoint = self.workdir / "spark"
         self.faults_file = str(self.workdir / "faults.json")
         clear_control(self.faults_file)
+        # The control client's request faults, read by the driver-side Python workers.
+        self.requests_file = str(self.workdir / "control-faults.json")
+        self.fired_file = str(self.workdir / "control-fired.jsonl")
         self.control = ControlClient(broker.config())
         self.expected: list[str] = []
         self.files = 0
@@ -154,7 +158,8 @@ class _SparkJob:
             self.first_run.setdefault(self.job_id(step), index)
         argv = [sys.executable, str(DRIVER), "stream" if self.streaming else "batch",
                 json.dumps(self.config(step, options))]
-        full_env = {CONTROL_ENV: self.faults_file, "PYSPARK_PYTHON": sys.executable, **(env or {})}
+        full_env = {CONTROL_ENV: self.faults_file, cf.CONTROL_ENV: self.requests_file,
+                    "PYSPARK_PYTHON": sys.executable, **(env or {})}
         proc = DriverProcess(argv, self.workdir / f"run{index}.err", full_env)
         out: list[str] = []
         threading.Thread(target=lambda: out.extend(proc.lines()), daemon=True).start()
@@ -237,6 +242,8 @@ class _SparkJob:
             last = self.crash(step)
         elif step.pause:
             last = self.paused(step)
+        elif step.fault in ("request_lost", "answer_lost", "request_delayed"):
+            last = self.request_fault(step)
         elif step.fault == "storage_slow":
             write_control(self.faults_file, delay_s=0.1)
             self.result.faults["storage_slow"] += 1
@@ -281,6 +288,35 @@ class _SparkJob:
             return again
         return run
 
+    def request_fault(self, step: SparkStep) -> Run:
+        """One Spark partition's EndTxn (slot 0) meets the fault in the commit worker, once per
+        worker process: PySpark runs each commit in a fresh one."""
+        assert step.fault is not None
+        tid = transactional_id(self.prefix, step.target, 0)
+        action, delay, options = {
+            "request_lost": (cf.Action.DROP_REQUEST, 0.0, None),
+            "answer_lost": (cf.Action.DROP_ANSWER, 0.0, None),
+            "request_delayed": (cf.Action.DELAY, SHORT_TIMEOUT_MS / 1000 + 3, {
+                "twopc.transactionTimeoutMs": str(SHORT_TIMEOUT_MS),
+                "twopc.commitMarginMs": str(SHORT_MARGIN_MS)}),
+        }[step.fault]
+        before = len(cf.read_fired(self.fired_file))
+        cf.write_control(self.requests_file, cf.FaultPlan(
+            (cf.Fault("END_TXN", action, transactional_id=tid, count=1, delay_s=delay),),
+            log=self.fired_file))
+        try:
+            run = self.run(step.fault, step, options=options)
+        finally:
+            if os.path.exists(self.requests_file):
+                os.unlink(self.requests_file)
+        fired = cf.read_fired(self.fired_file)[before:]
+        for f in fired:
+            self.result.fired[f"{f.api} {f.action}"] += 1
+        self.note(f"fired: {[(f.api, f.action, f.transactional_id) for f in fired]}")
+        if fired:
+            self.result.faults[step.fault] += 1
+        return run
+
     def paused(self, step: SparkStep) -> Run:
         assert step.point is not None and step.fault is not None
         wake = self.workdir / f"wake-{step.index}"
@@ -308,10 +344,15 @@ class _SparkJob:
                 e.startswith("StorageUnavailable") for e in _typed_errors(run.stderr)):
             self.result.faults["storage_failure"] += 1
         if step.fault == "two_drivers":
-            if not any(e.startswith("LogOwnershipLost") for e in _typed_errors(run.stderr)):
+            stopped = any(e.startswith("LogOwnershipLost") for e in _typed_errors(run.stderr))
+            # A batch job whose intent the second driver rolled forward reports the job committed:
+            # its own transactions are the visible ones (issue 30, item 4; the audit checks it).
+            finished = (not self.streaming and run.ok
+                        and step.point == "coordinator.after_intent")
+            if not (stopped or finished):
                 raise ScheduleFailed("the first driver, woken after a second one took over its "
                                      f"checkpoint, was not stopped by the log: {run.errors()}")
-            self.result.outcomes["fenced"] += 1
+            self.result.outcomes["fenced" if stopped else "rolled_forward"] += 1
         return run
 
     def changed_rerun(self, step: SparkStep, last: Run) -> Run:
@@ -402,6 +443,23 @@ class _SparkJob:
                 raise ScheduleFailed("the paused batch's transactions never timed out")
             time.sleep(0.2)
         self.result.faults["pause_past_timeout"] += 1
+
+    def _while_paused_outside_abort(self, step: SparkStep, run: int, wake: Path) -> None:
+        """An operator fences one of the query's open transactions (`twopc txn fence`)."""
+        open_ids = sorted(t.transactional_id for t in self.control.list_transactions(
+            self.prefix, states=[TxnState.ONGOING]))
+        if not open_ids:
+            self.note("no open transaction to fence")
+            return
+        tid = open_ids[step.target % len(open_ids)]
+        done = subprocess.run(
+            [sys.executable, "-m", "twopc.cli", "txn", "fence", "--bootstrap-servers",
+             self.broker.bootstrap_servers, tid], capture_output=True, text=True, timeout=120,
+            env={k: v for k, v in os.environ.items() if not k.startswith("TWOPC_")})
+        self.note(f"operator: twopc txn fence {tid} -> rc {done.returncode} "
+                  f"{done.stdout.strip()[:200]}")
+        if done.returncode == 0:
+            self.result.faults["outside_abort"] += 1
 
     def _while_paused_two_drivers(self, step: SparkStep, run: int, wake: Path) -> None:
         self.collect(run)  # what the first driver wrote before it stopped is its own

@@ -69,3 +69,27 @@ def test_the_checkpoint_log_runs_on_it_and_reports_injected_failures(
     clear_control(str(control))
     log.append(1, {"n": 2})
     assert [r.body for r in open_log(f"faulty://{tmp_path}/log").records()] == [{"n": 1}, {"n": 2}]
+
+
+def test_a_transient_fault_fails_only_so_many_times(tmp_path: Path) -> None:
+    control = tmp_path / "c.json"
+    fs = fs_for(control)
+    write_control(str(control), fail=("write",), match="records/", times=1)
+    with pytest.raises(StorageFault):
+        fs.pipe_file(str(tmp_path / "records" / "r1"), b"1", mode="create")
+    assert not (tmp_path / "records" / "r1").exists()  # it failed before writing
+    # The next one passes, in this instance or any other (the count is kept beside the file).
+    fs_for(control).pipe_file(str(tmp_path / "records" / "r1"), b"1", mode="create")
+    fs.pipe_file(str(tmp_path / "records" / "r2"), b"2", mode="create")
+    assert (tmp_path / "records" / "r1").read_bytes() == b"1"
+
+
+def test_a_lost_reply_fails_after_the_write_was_done(tmp_path: Path) -> None:
+    control = tmp_path / "c.json"
+    fs = fs_for(control)
+    write_control(str(control), fail=("write",), match="records/", times=1, lose_reply=True)
+    with pytest.raises(StorageFault, match="reply was lost"):
+        fs.pipe_file(str(tmp_path / "records" / "r1"), b"1", mode="create")
+    assert (tmp_path / "records" / "r1").read_bytes() == b"1"  # the store did it
+    with pytest.raises(FileExistsError):  # and a second create finds it
+        fs.pipe_file(str(tmp_path / "records" / "r1"), b"2", mode="create")

@@ -1,4 +1,7 @@
-"""The embedded Kafka broker: a real Apache Kafka cluster from Maven Central, for demo, tests, benchmarks."""
+"""The embedded Kafka broker: a real Apache Kafka cluster from Maven Central, for demo, tests, benchmarks.
+
+Design: docs/design.md section 7.
+"""
 
 from twopc.broker.cluster import LocalKafka, free_port
 from twopc.broker.errors import BrokerError, BrokerSetupError, BrokerStartError
@@ -8,6 +11,7 @@ from twopc.broker.spec import (
     REPLICATED_VARIANT,
     VARIANTS,
     BrokerSpec,
+    OAuthListener,
 )
 
 __all__ = [
@@ -20,5 +24,6 @@ __all__ = [
     "BrokerSpec",
     "BrokerStartError",
     "LocalKafka",
+    "OAuthListener",
     "free_port",
 ]

@@ -5,6 +5,8 @@ about exactly-once are only as good as the broker they run against. `pom.xml` be
 artifacts; Maven (already needed for Spark's own Kafka package) fetches them once, and later runs reuse
 the cache, so CI re-runs on the same machine start in seconds. `spark-kafka-pom.xml` names Spark's own
 Kafka package (the built-in sink the demo compares with), resolved the same way.
+
+Design: docs/design.md section 7.
 """
 
 from __future__ import annotations

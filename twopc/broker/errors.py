@@ -1,4 +1,7 @@
-"""Errors of the embedded broker harness."""
+"""Errors of the embedded broker harness.
+
+Design: docs/design.md section 7.
+"""
 
 
 class BrokerError(Exception):

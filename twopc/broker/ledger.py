@@ -5,6 +5,8 @@ When `TWOPC_BROKER_LEDGER` names a file, every broker the harness starts appends
 its pid, its start time (/proc/<pid>/stat, so a reused pid is never taken for it) and its data
 directory (which its command line names). `stop` SIGKILLs the process group of each line whose
 process is still that broker, checked on all three, and leaves everything else alone.
+
+Design: docs/design.md section 7.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""`python -m twopc.broker.prefetch`: resolve every broker variant's jars now (setup and CI do this once)."""
+"""`python -m twopc.broker.prefetch`: resolve every broker variant's jars now (setup and CI do this once).
+
+Design: docs/design.md section 7.
+"""
 
 from __future__ import annotations
 

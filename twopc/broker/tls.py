@@ -6,6 +6,8 @@ keystore (Kafka reads it natively; a file-based PEM keystore would need an encry
 the CA as a PEM truststore; clients get PEM files, the names librdkafka and twopc's control client
 take (`ssl.ca.location`, `ssl.certificate.location`, `ssl.key.location`, `ssl.key.password`).
 The certificates name 127.0.0.1 and localhost, the addresses the brokers advertise.
+
+Design: docs/design.md section 7.
 """
 
 from __future__ import annotations

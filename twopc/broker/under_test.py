@@ -9,6 +9,8 @@ A replicated variant (`kafka4-3node`) is several brokers: `kill(node_id)` and `r
 on one of them, and `victim()` names the broker that holds a role for the query (the transaction
 coordinator of its ids, or a partition leader), found the way clients find it (FindCoordinator,
 Metadata).
+
+Design: docs/design.md section 7.
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
 """The `twopc` command line. Each module of this package that defines `register(subparsers)` adds one
 subcommand group (broker, txn, status, ...), so that a command's code lives beside its peers.
+
+Design: docs/design.md section 7.
 """
 
 from __future__ import annotations

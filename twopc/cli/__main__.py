@@ -1,4 +1,7 @@
-"""`python -m twopc.cli`: the same as the `twopc` command."""
+"""`python -m twopc.cli`: the same as the `twopc` command.
+
+Design: docs/design.md section 7.
+"""
 
 import sys
 

@@ -1,4 +1,7 @@
-"""Shared output helpers of the command line: plain text for people, `--json` for programs."""
+"""Shared output helpers of the command line: plain text for people, `--json` for programs.
+
+Design: docs/design.md section 7.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""`twopc broker start|stop|list`: a real single-node Kafka broker on this machine, for demos and tests."""
+"""`twopc broker start|stop|list`: a real single-node Kafka broker on this machine, for demos and tests.
+
+Design: docs/design.md section 7.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from twopc.broker import BrokerError, BrokerSpec, LocalKafka
 from twopc.broker.artifacts import cache_root
 from twopc.broker.node import wait_for_exit
 from twopc.broker.spec import DEFAULT_KAFKA_VERSION
+from twopc.cli._common import integer
 from twopc.cli._output import emit_json, fail
 
 EPILOG = f"""examples:
@@ -43,7 +47,8 @@ def register(sub: Any) -> None:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    start.add_argument("--port", type=int, default=9092, help="client port (default 9092)")
+    start.add_argument("--port", type=integer(1, 65535, "a port"), default=9092,
+                       help="client port (default 9092)")
     start.add_argument(
         "--kafka-version",
         default=DEFAULT_KAFKA_VERSION,
@@ -62,11 +67,12 @@ def register(sub: Any) -> None:
         default=None,
         help="where the broker keeps its logs (default: a new temporary directory)",
     )
-    start.add_argument("--heap-mb", type=int, default=512, help="JVM heap in MiB (default 512)")
+    start.add_argument("--heap-mb", type=integer(64, 1 << 20, "MiB"), default=512,
+                       help="JVM heap in MiB (default 512)")
     start.set_defaults(handler=_start)
 
     stop = actions.add_parser("stop", help="stop the broker on a port and remove its data")
-    stop.add_argument("--port", type=int, default=9092)
+    stop.add_argument("--port", type=integer(1, 65535, "a port"), default=9092)
     stop.set_defaults(handler=_stop)
 
     ls = actions.add_parser("list", help="brokers started with `twopc broker start`")

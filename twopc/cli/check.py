@@ -1,11 +1,14 @@
-"""`twopc check`: a preflight before the first run."""
+"""`twopc check`: a preflight before the first run.
+
+Design: docs/design.md section 7.
+"""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-from twopc.cli._common import add_client_settings, client_settings
+from twopc.cli._common import add_client_settings, client_settings, integer
 from twopc.cli._output import emit_json
 from twopc.ops.preflight import CONNECTION, Status, run_preflight
 
@@ -31,7 +34,8 @@ def register(sub: Any) -> None:
     p.add_argument("--bootstrap-servers", required=True)
     p.add_argument("--topic", required=True)
     p.add_argument("--prefix", required=True, help="the transactional id prefix the job will use")
-    p.add_argument("--transaction-timeout-ms", type=int, default=60000)
+    p.add_argument("--transaction-timeout-ms", default=60000,
+                   type=integer(1000, 2**31 - 1, "milliseconds"))
     add_client_settings(
         p, "extra librdkafka settings (security.protocol=SASL_SSL, sasl.username=..., ...)")
     p.add_argument("--json", action="store_true")

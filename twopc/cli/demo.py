@@ -5,6 +5,8 @@ driver with SIGKILL in the middle of a commit, restarts it from the same checkpo
 finish, and audits the topic as a read_committed consumer: every record exactly once, none missing,
 no open transaction. With --sink kafka the same job and the same kind of kill go through Spark's
 built-in Kafka writer instead, and the audit shows the duplicates that exactly-once prevents.
+
+Design: docs/design.md section 7.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 from confluent_kafka import KafkaException
 
 from twopc.broker import DEFAULT_VARIANT, VARIANTS, BrokerError
+from twopc.cli._common import integer
 from twopc.cli._output import emit_json, fail
 
 EPILOG = """exit codes: 0 the demo showed what it promises (kafka2pc: the audit passed; --sink kafka: the
@@ -40,9 +43,11 @@ def register(sub: Any) -> None:
     p.add_argument("--bootstrap-servers", help="an existing cluster (default: start the embedded one)")
     p.add_argument("--variant", default=DEFAULT_VARIANT, choices=sorted(VARIANTS),
                    help=f"the embedded broker's variant (default {DEFAULT_VARIANT})")
-    p.add_argument("--records", type=int, default=2000, help="records in all (default 2000)")
-    p.add_argument("--batches", type=int, default=5, help="micro-batches, one source file each (default 5)")
-    p.add_argument("--kill-batch", type=int, default=2,
+    p.add_argument("--records", type=integer(1, 10**8, "a number of records"), default=2000,
+                   help="records in all (default 2000)")
+    p.add_argument("--batches", type=integer(1, 10_000, "a number of batches"), default=5,
+                   help="micro-batches, one source file each (default 5)")
+    p.add_argument("--kill-batch", type=integer(0, 10_000, "a batch"), default=2,
                    help="the micro-batch whose commit is killed (default 2)")
     p.add_argument("--kill-at", default="coordinator.after_intent", choices=KILL_POINTS,
                    metavar="POINT", help="the commit step where the driver is killed (kafka2pc; "

@@ -1,6 +1,8 @@
 """`twopc recover`: run twopc's recovery by hand, and record an operator's resolution of a stuck batch.
 
 The owner (query or job id) and the transactional id prefix come from the log's own binding.
+
+Design: docs/design.md section 7.
 """
 
 from __future__ import annotations
@@ -10,10 +12,13 @@ import sys
 from typing import Any, TextIO
 
 from checkpoint import CheckpointError, open_log
+from checkpoint.redact import redact_url
 from twopc.cli._common import (
     UsageError,
     add_checkpoint_args,
+    bootstrap_servers,
     client_settings,
+    integer,
     print_stuck,
     storage_options,
     stuck_batch,
@@ -29,6 +34,7 @@ from twopc.errors import (
     InconsistentLog,
     LogOwnershipLost,
     ResolutionRefused,
+    StrandedCommitAborted,
     StrandedUnreleased,
     TwopcError,
     UndecidedError,
@@ -42,6 +48,9 @@ prefix's open transactions that no record names, and prints the report. A batch 
 and what was lost; --resolve records the operator's decision for it, after a confirmation:
   committed  keep what is visible; the re-run writes nothing more (a lost part stays lost)
   aborted    the batch counts as not committed; the re-run writes all of it (a visible part twice)
+A committed batch whose records the log proves aborted after their commit (DATA LOSS: a broker
+lost their commit markers and the transaction holding them ended as aborted) is reported at every
+check, exit 1, until --acknowledge-loss BATCH --note records that the loss was handled.
 
 exit codes: 0 nothing left stuck (or the resolution was recorded); 1 attention needed (undecided,
 partly committed, another driver writes the log, resolution declined); 2 bad arguments, no twopc log
@@ -51,6 +60,8 @@ examples:
   twopc recover --checkpoint /data/chk/orders-twopc --bootstrap-servers kafka-1:9092
   twopc recover --checkpoint /data/chk/orders-twopc --bootstrap-servers kafka-1:9092 \\
       --resolve 41 --decision committed --note "ops: accept loss of partition 3, ticket 1234"
+  twopc recover --checkpoint /data/chk/orders-twopc --bootstrap-servers kafka-1:9092 \\
+      --acknowledge-loss 57 --note "ops: re-sent from the source, ticket 1240"
 """
 
 
@@ -60,12 +71,17 @@ def register(sub: Any) -> None:
         description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_checkpoint_args(p)
-    p.add_argument("--bootstrap-servers", required=True, metavar="HOST:PORT[,...]")
+    p.add_argument("--bootstrap-servers", required=True, metavar="HOST:PORT[,...]",
+                   type=bootstrap_servers)
     p.add_argument("--resolve", metavar="BATCH", help="record a decision for this stuck batch")
     p.add_argument("--decision", choices=DECISIONS, help="with --resolve: committed or aborted")
-    p.add_argument("--note", help="with --resolve: who decided and why (kept in the log)")
-    p.add_argument("--yes", action="store_true", help="with --resolve: do not ask for confirmation")
-    p.add_argument("--settle-wait-ms", type=int, default=60000,
+    p.add_argument("--acknowledge-loss", metavar="BATCH",
+                   help="record that the proven loss of this committed batch's records was handled")
+    p.add_argument("--note", help="with --resolve or --acknowledge-loss: who decided and why "
+                   "(kept in the log)")
+    p.add_argument("--yes", action="store_true",
+                   help="with --resolve or --acknowledge-loss: do not ask for confirmation")
+    p.add_argument("--settle-wait-ms", type=integer(0, 2**31 - 1, "milliseconds"), default=60000,
                    help="how long the log check waits for a partition to become stable")
     p.add_argument("--allow-unconditional-create", action="store_true",
                    help="accept a storage backend without atomic create-if-absent (risky)")
@@ -129,6 +145,12 @@ def _release_failed(report: RecoveryReport, transactional_id: str) -> str | None
 
 
 def _validate(args: argparse.Namespace) -> None:
+    if args.acknowledge_loss is not None:
+        if args.resolve is not None or args.decision is not None:
+            raise UsageError("--acknowledge-loss goes alone (with --note), not with --resolve")
+        if args.note is None or not args.note.strip():
+            raise UsageError("--acknowledge-loss needs --note saying who handled the loss and how")
+        return
     given = [args.decision is not None, args.note is not None]
     if args.resolve is None and any(given):
         raise UsageError("--decision and --note go with --resolve BATCH")
@@ -155,6 +177,8 @@ def _recover(args: argparse.Namespace) -> int:
     control: ControlClient | None = None
     try:
         _validate(args)
+        # A misspelt URL must not become a new, empty log: look before opening for writing.
+        view_of(open_log(args.checkpoint, storage_options(args), read_only=True))
         log = open_log(args.checkpoint, storage_options(args),
                        allow_unconditional_create=args.allow_unconditional_create)
         owner = view_of(log).owner
@@ -181,25 +205,31 @@ def _recover(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, recovery: Recovery) -> int:
     bar = None if args.no_progress else ProgressBar(sys.stderr)
     undecided: UndecidedError | None = None
+    loss: StrandedCommitAborted | None = None
     try:
         report = recovery.recover(on_progress=bar)
     except (UndecidedError, StrandedUnreleased, FenceFailed) as exc:
         # What recovery did before it stopped, or what it left: shown below, exit code 1.
         undecided = exc if isinstance(exc, UndecidedError) else None
         report = exc.report if isinstance(exc.report, RecoveryReport) else RecoveryReport()
+    except StrandedCommitAborted as exc:
+        loss, report = exc, RecoveryReport()
     finally:
         if bar is not None:
             bar.close()
+    if args.acknowledge_loss is not None:
+        return _acknowledge(args, recovery, loss)
     view = view_of(recovery.log)
     stuck = [stuck_batch(view, b) for b in sorted(view.state.batches.values(),
                                                   key=lambda b: b.last_seq)
              if b.status in (BatchStatus.PREPARED, BatchStatus.PARTIAL)]
-    out: dict[str, Any] = {"checkpoint": recovery.log.url,
+    out: dict[str, Any] = {"checkpoint": redact_url(recovery.log.url),
                            "binding": {"owner_kind": recovery.owner.kind.value,
                                        "owner_id": recovery.owner.owner_id,
                                        "prefix": recovery.owner.prefix},
                            "recovery": report_obj(report),
                            "undecided_error": str(undecided) if undecided else None,
+                           "data_loss": str(loss) if loss else None,
                            "stuck": stuck, "resolution": None}
     if args.resolve is not None:
         target = next((s for s in stuck if s["batch"] == args.resolve), None)
@@ -226,8 +256,33 @@ def _run(args: argparse.Namespace, recovery: Recovery) -> int:
         emit_json(out)
     else:
         _print(out)
-    return 1 if (stuck or undecided or report.stranded.unreleased
+    return 1 if (stuck or undecided or loss or report.stranded.unreleased
                  or report.fence_failures) else 0
+
+
+def _acknowledge(args: argparse.Namespace, recovery: Recovery,
+                 loss: StrandedCommitAborted | None) -> int:
+    batch = args.acknowledge_loss
+    if loss is not None:
+        print(str(loss), file=sys.stderr)
+    if not args.yes:
+        print(f"Record that the loss of batch {batch}'s aborted records was handled? The holds on "
+              "its ids go and checks stop reporting it. This is permanent. [y/N] ", end="",
+              file=sys.stderr, flush=True)
+        try:
+            answer = input()
+        except EOFError:
+            answer = ""
+        if answer.strip().lower() not in ("y", "yes"):
+            print("nothing recorded", file=sys.stderr)
+            return 1
+    ids = recovery.acknowledge_loss(batch, args.note)
+    if args.json:
+        emit_json({"checkpoint": recovery.log.url, "acknowledged": {
+            "batch": batch, "transactional_ids": list(ids), "note": args.note}})
+    else:
+        print(f"recorded: the loss of batch {batch} ({', '.join(ids)}) acknowledged ({args.note})")
+    return 0
 
 
 def _print(out: dict[str, Any]) -> None:
@@ -239,6 +294,8 @@ def _print(out: dict[str, Any]) -> None:
             print(line + (f" ({t['reason']})" if t["reason"] else ""))
     if out["undecided_error"]:
         print(f"undecided: {out['undecided_error']}")
+    if out["data_loss"]:
+        print(out["data_loss"])
     if out["stuck"]:
         print("stuck batches (restart the query to re-run a partly committed batch; resolve with "
               "--resolve BATCH --decision committed|aborted --note TEXT):")

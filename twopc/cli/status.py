@@ -2,6 +2,8 @@
 
 Read-only: it reads the log by key (no probe, no append) and asks the broker only
 DescribeTransactions, ListTransactions and OffsetFetch.
+
+Design: docs/design.md section 7.
 """
 
 from __future__ import annotations
@@ -12,10 +14,14 @@ from collections.abc import Callable
 from typing import Any
 
 from checkpoint import CheckpointError, open_log
+from checkpoint.redact import redact_url
 from twopc.cli._common import (
     UsageError,
     add_checkpoint_args,
+    bootstrap_servers,
     client_settings,
+    integer,
+    number,
     print_stuck,
     spans_of,
     storage_options,
@@ -24,6 +30,7 @@ from twopc.cli._common import (
 )
 from twopc.cli._output import emit_json, fail
 from twopc.control import ControlClient, ControlError, TransactionDescription, TxnState
+from twopc.driver.lease import when
 from twopc.errors import InconsistentLog, TwopcError
 from twopc.log.session import LogView
 from twopc.protocol.clock import coordinator_now
@@ -58,9 +65,11 @@ def register(sub: Any) -> None:
     )
     add_checkpoint_args(p)
     p.add_argument("--bootstrap-servers", default=None, metavar="HOST:PORT[,...]",
+                   type=bootstrap_servers,
                    help="also ask the broker about the transactions (DescribeTransactions)")
-    p.add_argument("--batches", type=int, default=10, help="how many recent batches to show")
-    p.add_argument("--warn-ratio", type=float, default=0.5,
+    p.add_argument("--batches", type=integer(0, 1_000_000, "a number of batches"), default=10,
+                   help="how many recent batches to show (0: none)")
+    p.add_argument("--warn-ratio", type=number(0.0, 1000.0, "a ratio"), default=0.5,
                    help="warn when an open transaction's age / timeout reaches this (default 0.5)")
     p.add_argument("--json", action="store_true", help="machine-readable output (docs/operations.md)")
     p.set_defaults(handler=_status)
@@ -157,7 +166,15 @@ def build_status(view: LogView, control: ControlClient | None, *, batches: int,
     attention += [f"batch {s['batch']} is partly committed: restart the query (a deterministic "
                   "re-run repairs it)" + (", or resolve it: its re-run was refused (DataLossError)"
                                           if s["data_loss"] else "") for s in stuck]
-    if orphans:
+    lease = state.lease
+    running = lease is not None and lease.live(now_ms)
+    if orphans and running:
+        assert lease is not None
+        attention.append(f"{len(orphans)} open transaction(s) of prefix {view.owner.prefix!r} "
+                         f"that no record names, while job {lease.job} runs (its lease lasts "
+                         f"until {when(lease.until_ms)}): they may be its own, not yet recorded; "
+                         "`twopc recover` would fence them and fail the job")
+    elif orphans:
         attention.append(f"{len(orphans)} open transaction(s) of prefix {view.owner.prefix!r} "
                          "that no record names: `twopc recover` fences them")
     holds = [h for _, h in sorted(state.stranded.items())]
@@ -167,7 +184,7 @@ def build_status(view: LogView, control: ControlClient | None, *, batches: int,
     held = [{"transactional_id": h.transactional_id, "batches": list(h.batches), "seq": h.seq,
              "reason": h.reason} for h in holds]
     return {
-        "checkpoint": view.log.url,
+        "checkpoint": redact_url(view.log.url),
         "binding": {"owner_kind": view.owner.kind.value, "owner_id": view.owner.owner_id,
                     "prefix": view.owner.prefix},
         "last_seq": state.last_seq, "low_water_mark": view.low_water_mark,
@@ -177,6 +194,9 @@ def build_status(view: LogView, control: ControlClient | None, *, batches: int,
                     for b in recent],
         "pending": pending_rows, "stuck": stuck, "orphans": orphans, "stranded": held,
         "source_offsets": source,
+        "lease": None if lease is None else {
+            "job": lease.job, "run": lease.run, "holder": lease.holder,
+            "since_ms": lease.since_ms, "until_ms": lease.until_ms, "live": running},
         "warnings": warnings, "attention": attention + warnings,
         "healthy": not attention and not warnings,
     }
@@ -246,9 +266,12 @@ def _status(args: argparse.Namespace) -> int:
         if args.bootstrap_servers:
             control = ControlClient({**client_settings(args),
                                      "bootstrap.servers": args.bootstrap_servers})
+        notes: list[str] = []
         report = build_status(view, control, batches=args.batches, warn_ratio=args.warn_ratio,
                               now_ms=time.time_ns() // 1_000_000,
-                              figures_of=journal_figures(args.checkpoint, storage_options(args)))
+                              figures_of=journal_figures(args.checkpoint, storage_options(args),
+                                                         notes))
+        report["journal_errors"] = notes
     except UsageError as exc:
         return fail(str(exc))
     except (CheckpointError, InconsistentLog) as exc:
@@ -265,21 +288,26 @@ def _status(args: argparse.Namespace) -> int:
     return 0 if report["healthy"] else 1
 
 
-def journal_figures(url: str, options: dict[str, Any]
+def journal_figures(url: str, options: dict[str, Any], notes: list[str] | None = None
                     ) -> Callable[[str], dict[str, Any] | None]:
-    """A reader of the journal's commit figures; a journal that cannot be read shows none (it is
-    a hint for people, never part of the protocol)."""
+    """A reader of the journal's commit figures. The journal is a hint for people, never part of
+    the protocol: a file of it that cannot be read shows no figures, and why goes to `notes`
+    (the report's `journal_errors`), never into the exit code."""
+    from twopc.spark.errors import JournalError
     from twopc.spark.journal import Journal
 
+    found_notes = notes if notes is not None else []
     try:
         journal = Journal(url, options)
-    except (OSError, ValueError):
+    except (OSError, ValueError, ImportError) as exc:
+        found_notes.append(f"the observe journal beside {redact_url(url)} cannot be opened: {exc}")
         return lambda _batch: None
 
     def figures(batch: str) -> dict[str, Any] | None:
         try:
             entry = journal.read_batch(batch)
-        except OSError:
+        except (OSError, JournalError) as exc:
+            found_notes.append(str(exc))
             return None
         found = entry.get("figures") if entry else None
         return {**found, "at_ms": entry["at_ms"]} if isinstance(found, dict) and entry else None
@@ -309,6 +337,7 @@ def print_source_offsets(src: dict[str, Any] | None) -> None:
     if src["batch"] is None:
         print(f"source offsets: group {src['group']!r}, no committed batch carried them yet")
         return
+    # No carrier: a batch without records recorded by a twopc before issue 30, item 6.
     how = f"carried by {src['carrier']}" if src["carrier"] else "committed plainly (no records)"
     print(f"source offsets: group {src['group']!r} at batch {src['batch']} ({how}):")
     for row in src["partitions"]:
@@ -348,8 +377,15 @@ def print_status(r: dict[str, Any]) -> None:
     for h in r["stranded"]:
         print(f"held {h['transactional_id']} (batch {', '.join(h['batches'])}): {h['reason']}")
     print_source_offsets(r.get("source_offsets"))
+    lease = r.get("lease")
+    if lease is not None:
+        print(f"job {lease['job']} {'holds' if lease['live'] else 'held'} the family's lease (run "
+              f"{lease['run']}, {lease['holder']}, since {when(lease['since_ms'])}, until "
+              f"{when(lease['until_ms'])}{'' if lease['live'] else ': expired'})")
     for w in r["warnings"]:
         print(f"WARN {w}")
+    for note in r.get("journal_errors", []):
+        print(f"note: {note}")
     if not r["broker_checked"]:
         print("(broker not asked: give --bootstrap-servers for transaction states and orphans)")
     print("status: healthy" if r["healthy"] else

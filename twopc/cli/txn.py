@@ -2,6 +2,8 @@
 
 Stuck transactions hold back the last stable offset: read_committed consumers of every partition
 they touched see nothing past them. These commands let an operator look and act.
+
+Design: docs/design.md section 7.
 """
 
 from __future__ import annotations
@@ -10,9 +12,10 @@ import argparse
 from dataclasses import asdict
 from typing import Any
 
-from twopc.cli._common import add_client_settings, client_settings
+from twopc.cli._common import add_client_settings, bootstrap_servers, client_settings, integer
 from twopc.cli._output import emit_json, fail
 from twopc.control import (
+    ConfigError,
     ControlClient,
     ControlError,
     EndTxnRequest,
@@ -49,7 +52,8 @@ def register(sub: Any) -> None:
         a: argparse.ArgumentParser = actions.add_parser(
             name, help=help_text, description=description,
             formatter_class=argparse.RawDescriptionHelpFormatter)
-        a.add_argument("--bootstrap-servers", "-b", required=True, metavar="HOST:PORT[,...]")
+        a.add_argument("--bootstrap-servers", "-b", required=True, metavar="HOST:PORT[,...]",
+                       type=bootstrap_servers)
         add_client_settings(a, "client setting in librdkafka style, e.g. -X security.protocol="
                             "SASL_SSL -X sasl.mechanism=SCRAM-SHA-512 (repeatable)", "--config", "-X")
         a.add_argument("--json", action="store_true", help="machine-readable output")
@@ -71,8 +75,8 @@ def register(sub: Any) -> None:
     for name, text, commit in (("commit", COMMIT_HELP, True), ("abort", ABORT_HELP, False)):
         c = common(name, f"{name} one open transaction by producer id and epoch", text)
         c.add_argument("id", metavar="ID")
-        c.add_argument("--producer-id", type=int, required=True)
-        c.add_argument("--epoch", type=int, required=True)
+        c.add_argument("--producer-id", type=integer(0, 2**63 - 1, "a producer id"), required=True)
+        c.add_argument("--epoch", type=integer(0, 2**15 - 1, "an epoch"), required=True)
         c.set_defaults(handler=_end, commit=commit)
 
     f = common("fence", "fence ids: abort their open transaction, stop their producers",
@@ -89,6 +93,8 @@ def _run(args: argparse.Namespace, action: Any) -> int:
     try:
         with _client(args) as client:
             return int(action(client))
+    except ConfigError as exc:  # a bad -X setting: a bad argument
+        return fail(f"{exc}: fix the setting (-X or --command-config)")
     except ControlError as exc:
         return fail(str(exc), 1)
 

@@ -1,4 +1,7 @@
-"""`twopc verify`: the exactly-once audit of a topic, for users' own pipelines."""
+"""`twopc verify`: the exactly-once audit of a topic, for users' own pipelines.
+
+Design: docs/design.md section 7.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +10,13 @@ from typing import Any
 
 from confluent_kafka import KafkaException
 
-from twopc.cli._common import add_client_settings, client_settings
+from twopc.cli._common import (
+    add_client_settings,
+    bootstrap_servers,
+    client_settings,
+    integer,
+    number,
+)
 from twopc.cli._output import emit_json, fail
 from twopc.ops.audit import IdOf, audit_topic, id_from_header, id_from_key, id_from_value
 
@@ -29,16 +38,18 @@ def register(sub: Any) -> None:
         "verify", help="audit a topic: every id exactly once, none missing, no open transaction",
         description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--bootstrap-servers", required=True)
+    p.add_argument("--bootstrap-servers", required=True, type=bootstrap_servers)
     p.add_argument("--topic", required=True)
     p.add_argument("--id", default="value", metavar="value|key|header:NAME",
                    help="where each record's unique id is (default: the whole value)")
-    p.add_argument("--expect", type=int, default=None,
+    p.add_argument("--expect", type=integer(0, 10**9, "a number of ids"), default=None,
                    help="the number of distinct ids expected (with --id-format, the ids themselves)")
     p.add_argument("--id-format", default=None, metavar="FMT",
                    help="with --expect N: ids are FMT.format(i) for i in range(N), e.g. 'r-{}'")
-    p.add_argument("--timeout", type=float, default=300.0, help="seconds to read the topic (default 300)")
-    p.add_argument("--settle", type=float, default=30.0, metavar="SECONDS",
+    p.add_argument("--timeout", type=number(0.001, 7 * 86400.0, "seconds"), default=300.0,
+                   help="seconds to read the topic (default 300)")
+    p.add_argument("--settle", type=number(0.0, 86400.0, "seconds"), default=30.0,
+                   metavar="SECONDS",
                    help="first wait up to this long for open transactions to end: commit markers "
                         "are written just after a commit returns (default 30; 0: as it is now)")
     add_client_settings(p, "extra librdkafka consumer settings (security.protocol=SSL, ...)")
@@ -56,6 +67,29 @@ def _id_extractor(spec: str) -> IdOf:
     raise ValueError(f"--id must be value, key or header:NAME, not {spec!r}")
 
 
+# --id-format builds every expected id in memory.
+MAX_FORMATTED_IDS = 10**8
+
+
+def _id_format_problem(fmt: str, expect: int | None) -> str | None:
+    """Why `fmt` cannot name the expected ids (None if it can): it must take the id's index as
+    its one positional field, e.g. 'r-{}' or 'r-{:06d}', and go with --expect N."""
+    if expect is None:
+        return f"--id-format {fmt!r} needs --expect N (the ids are FMT.format(i) for i < N)"
+    if expect > MAX_FORMATTED_IDS:
+        return (f"--expect {expect} with --id-format: at most {MAX_FORMATTED_IDS} ids are built "
+                "in memory; leave --id-format out to check the count only")
+    try:
+        first, second = fmt.format(0), fmt.format(1)
+    except (IndexError, KeyError, ValueError, TypeError, AttributeError) as exc:
+        return (f"--id-format {fmt!r} is not a format of the id's index ({type(exc).__name__}: "
+                f"{exc}): use one positional field, e.g. 'r-{{}}' or 'r-{{:06d}}'")
+    if first == second:
+        return (f"--id-format {fmt!r} gives the same id for every index: use one positional "
+                "field, e.g. 'r-{}'")
+    return None
+
+
 def _verify(args: argparse.Namespace) -> int:
     try:
         id_of = _id_extractor(args.id)
@@ -63,7 +97,11 @@ def _verify(args: argparse.Namespace) -> int:
         return fail(str(exc))
     config = {"bootstrap.servers": args.bootstrap_servers, **client_settings(args)}
     expected = None
-    if args.expect is not None and args.id_format:
+    if args.id_format is not None:
+        problem = _id_format_problem(args.id_format, args.expect)
+        if problem:
+            return fail(problem)
+        assert args.expect is not None
         expected = [args.id_format.format(i) for i in range(args.expect)]
     try:
         report = audit_topic(config, args.topic, expected_ids=expected, id_of=id_of,

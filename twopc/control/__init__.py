@@ -1,5 +1,8 @@
 """twopc's control client: a small Kafka wire-protocol client that finishes, inspects and fences
-transactions other processes opened (the data path stays on confluent-kafka)."""
+transactions other processes opened (the data path stays on confluent-kafka).
+
+Design: docs/design.md section 3.
+"""
 
 from twopc.control.client import BrokerVersionHint, ControlClient
 from twopc.control.errors import (

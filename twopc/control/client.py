@@ -2,6 +2,8 @@
 
 A synchronous facade over an asyncio loop on one background thread. Requests to the same broker are
 pipelined over a small pool of reused connections; a batch of EndTxn goes out all at once.
+
+Design: docs/design.md section 3.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from twopc.control import transactions as tx
 from twopc.control.cluster import Cluster
 from twopc.control.config import settings_from_config
 from twopc.control.logcheck import FetchProbe, LogCheckResult
-from twopc.control.messages import ApiKey
+from twopc.control.messages import ApiKey, TopicInfo
 from twopc.control.outcomes import (
     EndTxnOutcome,
     EndTxnRequest,
@@ -137,16 +139,28 @@ class ControlClient:
                 "produce request can leave a transaction hanging (KIP-890): upgrade the brokers")
         return hint
 
+    async def _topics(self, topics: Sequence[str]) -> dict[str, TopicInfo]:
+        """Each topic's Metadata entry, asked afresh; a topic the broker answers an error for
+        (UNKNOWN_TOPIC_OR_PARTITION: it does not exist) is that error, naming the topic."""
+        resp = await self._cluster.refresh_metadata(list(topics))
+        out: dict[str, TopicInfo] = {}
+        for t in resp.topics:
+            if t.error_code != 0:
+                raise e.api_error(t.error_code, f"metadata of topic {t.name!r}")
+            if t.name is not None:
+                out[t.name] = t
+        return out
+
     def topic_ids(self, topics: Sequence[str]) -> dict[str, str]:
         async def run() -> dict[str, str]:
-            resp = await self._cluster.refresh_metadata(list(topics))
-            out: dict[str, str] = {}
-            for t in resp.topics:
-                if t.error_code != 0:
-                    raise e.api_error(t.error_code, f"metadata of topic {t.name!r}")
-                if t.name is not None:
-                    out[t.name] = str(t.topic_id)
-            return out
+            return {name: str(t.topic_id) for name, t in (await self._topics(topics)).items()}
+        return self._call(run())
+
+    def topic_partitions(self, topics: Sequence[str]) -> dict[str, list[int]]:
+        """Each topic's partition numbers, from a fresh Metadata request."""
+        async def run() -> dict[str, list[int]]:
+            found = await self._topics(sorted(set(topics)))
+            return {name: sorted(p.partition for p in t.partitions) for name, t in found.items()}
         return self._call(run())
 
     def coordinators(self, ids: Sequence[str]) -> dict[str, int]:
@@ -182,17 +196,19 @@ class ControlClient:
         a caller may start it before it knows it needs the answer)."""
         return self._start(tx.describe_transactions(self._cluster, list(dict.fromkeys(ids))))
 
-    def list_transactions(self, prefix: str | None = None,
-                          states: Sequence[TxnState] = ()) -> list[TransactionListing]:
-        """Transactions known to every coordinator, optionally those whose id starts with `prefix`
-        and whose state is one of `states`."""
-        return self.start_list_transactions(prefix, states).result()
+    def list_transactions(self, prefix: str | None = None, states: Sequence[TxnState] = (),
+                          producer_ids: Sequence[int] = ()) -> list[TransactionListing]:
+        """Transactions known to every coordinator, optionally those whose id starts with `prefix`,
+        whose state is one of `states` and whose producer id is one of `producer_ids`."""
+        return self.start_list_transactions(prefix, states, producer_ids).result()
 
-    def start_list_transactions(self, prefix: str | None = None, states: Sequence[TxnState] = ()
+    def start_list_transactions(self, prefix: str | None = None, states: Sequence[TxnState] = (),
+                                producer_ids: Sequence[int] = ()
                                 ) -> Future[list[TransactionListing]]:
         """`list_transactions`, sent now and answered through the returned future, so that a
         caller can have other requests of this client (EndTxn) in flight meanwhile."""
-        return self._start(tx.list_transactions(self._cluster, prefix, [s.value for s in states]))
+        return self._start(tx.list_transactions(self._cluster, prefix, [s.value for s in states],
+                                                tuple(sorted(set(producer_ids)))))
 
     # --- ending and fencing --------------------------------------------------------------
 
@@ -214,7 +230,7 @@ class ControlClient:
 
     def release_stranded(self, transactional_id: str, partitions: Sequence[tuple[str, int]],
                          producer_id: int | None = None,
-                         timeout_ms: int = 60000) -> ReleaseResult:
+                         timeout_ms: int | None = None) -> ReleaseResult:
         """End a committed transaction whose commit markers never reached `partitions`.
 
         A broker killed mid-commit can record CompleteCommit without writing the markers (see
@@ -227,12 +243,16 @@ class ControlClient:
         InitProducerId aborts whatever transaction the id holds open: call it only for an id no
         live writer uses. With `producer_id`, stop (error PRODUCER_ID_CHANGED) if the id now has
         another producer id: that producer's markers cannot end the stranded transaction.
+        The release's own transaction timeout: `timeout_ms`, by default the client's
+        `twopc.control.release.timeout.ms` (15 minutes; 1 minute where the broker allows less),
+        the time a later check has to commit a release cut short before its EndTxn.
         """
         parts = tuple(sorted(dict.fromkeys((str(t), int(p)) for t, p in partitions)))
         if not parts:
             raise ValueError("release_stranded needs at least one partition")
+        timeout = self._settings.release_timeout_ms if timeout_ms is None else timeout_ms
         return self._call(tx.release_stranded(self._cluster, transactional_id, parts, producer_id,
-                                              timeout_ms))
+                                              timeout))
 
     # --- the log ---------------------------------------------------------------------------
 
@@ -241,11 +261,20 @@ class ControlClient:
         return self._call(pa.fetch_at(self._cluster, topic, partition, offset,
                                          uuid.UUID(topic_id) if topic_id else None))
 
-    def last_stable_offsets(self, partitions: Sequence[tuple[str, int]]
-                            ) -> dict[tuple[str, int], int]:
+    def last_stable_offsets(self, partitions: Sequence[tuple[str, int]],
+                            budget_s: float | None = None) -> dict[tuple[str, int], int]:
         """Each partition's last stable offset (ListOffsets LATEST at read_committed), one request
-        per leader. A partition whose leader answers an error is left out."""
-        return self._call(pa.last_stable(self._cluster, sorted(set(partitions))))
+        per leader. A partition whose leader answers an error is left out. `budget_s`: retry a
+        partition without a reachable leader for that long at most (else the retry settings)."""
+        return self._call(pa.last_stable(self._cluster, sorted(set(partitions)), budget_s))
+
+    def high_watermarks(self, partitions: Sequence[tuple[str, int]],
+                        budget_s: float | None = None) -> dict[tuple[str, int], int]:
+        """Each partition's high watermark (ListOffsets LATEST at read_uncommitted), one request
+        per leader; as `last_stable_offsets`, a partition whose leader answers an error is left
+        out. The difference of the two is what open transactions hold back from read_committed
+        consumers."""
+        return self._call(pa.high_watermarks(self._cluster, sorted(set(partitions)), budget_s))
 
     def wait_stable(self, past: Mapping[tuple[str, int], int], within_s: float
                     ) -> dict[tuple[str, int], int]:
@@ -256,19 +285,21 @@ class ControlClient:
         return self._call(pa.wait_stable(self._cluster, dict(past), within_s))
 
     def log_check(self, topic: str, partition: int, offset: int, producer_id: int, epoch: int,
-                  topic_id: str | None = None) -> LogCheckResult:
+                  topic_id: str | None = None, budget_s: float | None = None) -> LogCheckResult:
         """What the log says of the transaction of (`producer_id`, `epoch`) whose first record in
-        this partition is at `offset`. NOT_YET_STABLE means: ask again later."""
+        this partition is at `offset`. NOT_YET_STABLE means: ask again later. `budget_s`: retry
+        a leader that cannot be reached for that long at most (else the retry settings)."""
         return self._call(pa.log_check(self._cluster, topic, partition, offset, producer_id, epoch,
-                                          topic_id))
+                                       topic_id, budget_s))
 
-    def describe_producers(self, partitions: Sequence[tuple[str, int]]
+    def describe_producers(self, partitions: Sequence[tuple[str, int]],
+                           budget_s: float | None = None
                            ) -> dict[tuple[str, int], pm.ProducerState]:
         """The active producers of each partition, with the start offset of their open transaction
         (which names who holds the last stable offset back) and their last sequence number; one
         request per leader. A partition whose leader still answers an error once the retries are
-        spent is returned with that error."""
-        return self._call(pa.describe_producers(self._cluster, sorted(set(partitions))))
+        spent (or `budget_s`) is returned with that error."""
+        return self._call(pa.describe_producers(self._cluster, sorted(set(partitions)), budget_s))
 
     # --- consumer group offsets (twopc.commitSourceOffsets; group_messages.py) -------------
 

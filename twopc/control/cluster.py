@@ -1,5 +1,8 @@
 """The client's view of the cluster, on its event loop: brokers, connection pools, coordinators and
-partition leaders, each looked up once and refreshed when a broker says it moved."""
+partition leaders, each looked up once and refreshed when a broker says it moved.
+
+Design: docs/design.md section 3.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ from twopc.control.config import ClientSettings
 from twopc.control.connection import BrokerConnection
 from twopc.control.errors import (
     COORDINATOR_RETRIABLE,
+    ERROR_CODES,
     BrokerConnectionError,
     RetriesExhaustedError,
     api_error,
@@ -26,9 +30,11 @@ T = TypeVar("T")
 class Backoff:
     """Exponential backoff with jitter inside a deadline: bounded retries, never a busy loop."""
 
-    def __init__(self, settings: ClientSettings) -> None:
+    def __init__(self, settings: ClientSettings, budget_s: float | None = None) -> None:
         loop = asyncio.get_running_loop()
-        self._deadline = loop.time() + settings.retry_timeout_s
+        budget = settings.retry_timeout_s if budget_s is None else min(budget_s,
+                                                                         settings.retry_timeout_s)
+        self._deadline = loop.time() + budget
         self._delay = settings.retry_backoff_s
         self._max = settings.retry_backoff_max_s
         self.attempts = 0
@@ -59,6 +65,7 @@ class Cluster:
         self._coordinators: dict[str, int] = {}
         self._group_coordinators: dict[str, int] = {}  # group ids are another key space
         self._leaders: dict[tuple[str, int], int] = {}
+        self._leaderless: set[tuple[str, int]] = set()  # in the metadata, without a leader now
         self.topic_ids: dict[str, uuid.UUID] = {}
 
     # --- connections ---------------------------------------------------------------------
@@ -164,6 +171,9 @@ class Cluster:
                 for p in topic.partitions:
                     if p.leader >= 0:
                         self._leaders[(topic.name, p.partition)] = p.leader
+                        self._leaderless.discard((topic.name, p.partition))
+                    else:
+                        self._leaderless.add((topic.name, p.partition))
         return resp
 
     async def _metadata_connection(self) -> BrokerConnection:
@@ -172,6 +182,8 @@ class Cluster:
     async def leader(self, topic: str, partition: int) -> int:
         if (topic, partition) not in self._leaders:
             await self.refresh_metadata([topic])
+        if (topic, partition) in self._leaderless:  # it exists, its leader is down
+            raise api_error(ERROR_CODES["LEADER_NOT_AVAILABLE"], f"partition {topic}-{partition}")
         if (topic, partition) not in self._leaders:
             raise api_error(3, f"partition {topic}-{partition}")  # UNKNOWN_TOPIC_OR_PARTITION
         return self._leaders[(topic, partition)]

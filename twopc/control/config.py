@@ -1,6 +1,8 @@
 """Client settings from the librdkafka-style configuration users already give the producer. Pure.
 
 Producer-only keys (transactional.id, linger.ms, ...) are ignored, so one dict serves both paths.
+
+Design: docs/design.md section 3.
 """
 
 from __future__ import annotations
@@ -8,10 +10,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from checkpoint.redact import redacted_repr
 from twopc.control.errors import ConfigError
+from twopc.control.oauth import OAuthSettings, oauth_settings
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 _UNSUPPORTED_SSL_KEYS = ("ssl.keystore.location", "ssl.engine.location", "ssl.providers")
 
 
@@ -37,6 +41,15 @@ class ClientSettings:
     # How long retriable errors (coordinator moves, CONCURRENT_TRANSACTIONS) are retried.
     retry_timeout_s: float = 60.0
     connections_per_broker: int = 8
+    # A stranded commit's release is a transaction of its own (ControlClient.release_stranded):
+    # cut short before its EndTxn, it must stay open until a later check commits it, so it asks
+    # for the broker's default maximum (transaction.max.timeout.ms), not the producer's minute.
+    release_timeout_ms: int = 900000
+    # sasl.mechanism=OAUTHBEARER: where the tokens come from (twopc/control/oauth.py).
+    oauth: OAuthSettings | None = None
+
+    def __repr__(self) -> str:
+        return redacted_repr(self)  # sasl_password, ssl_key_password: masked
 
     @property
     def uses_ssl(self) -> bool:
@@ -53,8 +66,12 @@ def parse_host_port(entry: str) -> tuple[str, int]:
         if text.upper().startswith(scheme):
             text = text[len(scheme):]
     host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise ConfigError(f"bootstrap.servers entry {entry!r} is not HOST:PORT")
+    if not sep or not host or not port.isascii() or not port.isdigit():
+        raise ConfigError(f"bootstrap.servers entry {entry!r} is not HOST:PORT: give the host "
+                          "and the port of a broker's listener, e.g. kafka-1:9092")
+    if not 1 <= int(port) <= 65535:
+        raise ConfigError(f"bootstrap.servers entry {entry!r}: port {int(port)} is not a TCP port "
+                          "(1 to 65535)")
     return host.strip("[]"), int(port)
 
 
@@ -98,7 +115,8 @@ def settings_from_config(config: Mapping[str, object]) -> ClientSettings:
         if mechanism not in SASL_MECHANISMS:
             raise ConfigError(f"sasl.mechanism={mechanism!r} is not supported by twopc's control "
                               f"client; use one of {', '.join(SASL_MECHANISMS)}")
-        if not cfg.get("sasl.username") or "sasl.password" not in cfg:
+        if mechanism != "OAUTHBEARER" and (not cfg.get("sasl.username")
+                                           or "sasl.password" not in cfg):
             raise ConfigError(f"security.protocol={protocol} needs sasl.username and "
                               "sasl.password")
     if protocol in ("SSL", "SASL_SSL"):
@@ -110,6 +128,9 @@ def settings_from_config(config: Mapping[str, object]) -> ClientSettings:
     algorithm = cfg.get("ssl.endpoint.identification.algorithm", "https").lower()
     if algorithm not in ("https", "none"):
         raise ConfigError("ssl.endpoint.identification.algorithm must be https or none")
+    oauth = None
+    if protocol.startswith("SASL_") and mechanism == "OAUTHBEARER":
+        oauth = oauth_settings(cfg, _ms(cfg, "socket.connection.setup.timeout.ms", 10000))
     per_broker = cfg.get("twopc.control.connections.per.broker", "8")
     if not per_broker.isdigit() or not 1 <= int(per_broker) <= 16:
         raise ConfigError("twopc.control.connections.per.broker must be between 1 and 16")
@@ -133,6 +154,8 @@ def settings_from_config(config: Mapping[str, object]) -> ClientSettings:
         retry_backoff_max_s=_ms(cfg, "retry.backoff.max.ms", 1000),
         retry_timeout_s=_ms(cfg, "twopc.control.retry.timeout.ms", 60000),
         connections_per_broker=int(per_broker),
+        release_timeout_ms=int(_ms(cfg, "twopc.control.release.timeout.ms", 900000) * 1000),
+        oauth=oauth,
     )
 
 

@@ -2,6 +2,8 @@
 
 Pure: no I/O. The code table follows the protocol guide's error list; codes this table does not know
 are still reported, by number.
+
+Design: docs/design.md section 3.
 """
 
 from __future__ import annotations

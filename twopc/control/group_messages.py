@@ -12,7 +12,9 @@ versions in messages.CLIENT_VERSIONS only. Pure: bytes in, values out.
   client's. Never v5 (a transaction-version-2 client's request, see messages.CLIENT_VERSIONS).
 - OffsetFetch (9, v7): a group's committed offsets; `require_stable` makes a partition whose
   offsets wait in an open transaction answer UNSTABLE_OFFSET_COMMIT instead of the old value.
-- OffsetCommit (8, v8-9): a plain (non-transactional) commit, for a batch that wrote no record.
+- OffsetCommit (8, v8-9): a plain (non-transactional) commit. The driver no longer sends it (a
+  batch that wrote no record commits its offsets in a transaction of its own: a late copy of a
+  plain commit could move the group back; twopc/driver/source_offsets.py `commit_alone`).
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""Requests to a consumer group's coordinator (twopc.commitSourceOffsets; group_messages.py)."""
+"""Requests to a consumer group's coordinator (twopc.commitSourceOffsets; group_messages.py).
+
+Design: docs/design.md section 3.
+"""
 
 from __future__ import annotations
 

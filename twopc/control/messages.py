@@ -3,6 +3,8 @@
 Each layout follows Apache Kafka's JSON message definitions
 (clients/src/main/resources/common/message) for the versions listed in CLIENT_VERSIONS.
 Pure: bytes in, dataclasses out.
+
+Design: docs/design.md section 3.
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ CLIENT_VERSIONS: dict[ApiKey, tuple[int, int]] = {
 
 COORDINATOR_KEY_GROUP = 0
 COORDINATOR_KEY_TRANSACTION = 1
+ISOLATION_READ_UNCOMMITTED = 0
 ISOLATION_READ_COMMITTED = 1
 
 
@@ -314,11 +317,13 @@ class SaslAuthenticateResponse:
     error_code: int
     error_message: str | None
     auth_bytes: bytes
+    # v1+ (KIP-368): how long the broker keeps the session after this, in ms; 0 = no limit. Past
+    # it the broker closes the connection at the next request that is not a SaslHandshake.
+    session_lifetime_ms: int = 0
 
 
 def decode_sasl_authenticate(version: int, r: Reader) -> SaslAuthenticateResponse:
     error, message, data = r.int16(), r.nullable_string(), r.nullable_bytes() or b""
-    if version >= 1:
-        r.int64()  # session lifetime
+    lifetime = r.int64() if version >= 1 else 0
     expect_end(r)
-    return SaslAuthenticateResponse(error, message, data)
+    return SaslAuthenticateResponse(error, message, data, lifetime)

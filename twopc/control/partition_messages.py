@@ -1,5 +1,7 @@
 """Wire format of the partition leaders' requests: Fetch, ListOffsets, DescribeProducers (Kafka's
 message definitions under clients/src/main/resources/common/message/).
+
+Design: docs/design.md section 3.
 """
 
 from __future__ import annotations

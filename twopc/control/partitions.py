@@ -16,9 +16,9 @@ from typing import Any, TypeVar
 from twopc.control import errors as e
 from twopc.control import partition_messages as pm
 from twopc.control.cluster import Backoff, Cluster
-from twopc.control.errors import BrokerConnectionError
+from twopc.control.errors import BrokerConnectionError, KafkaApiError
 from twopc.control.logcheck import FetchProbe, LogCheckResult, LogOutcome, UnknownReason, decide
-from twopc.control.messages import ApiKey
+from twopc.control.messages import ISOLATION_READ_UNCOMMITTED, ApiKey
 from twopc.control.record_batches import batch_headers
 
 T = TypeVar("T")
@@ -28,8 +28,8 @@ PROBE_MAX_BYTES = 1024
 
 
 async def fetch_at(cluster: Cluster, topic: str, partition: int, offset: int,
-                    topic_id: uuid.UUID | None) -> FetchProbe:
-    backoff = Backoff(cluster.settings)
+                   topic_id: uuid.UUID | None, budget_s: float | None = None) -> FetchProbe:
+    backoff = Backoff(cluster.settings, budget_s)
     while True:
         node: int | None = None
         try:
@@ -46,6 +46,10 @@ async def fetch_at(cluster: Cluster, topic: str, partition: int, offset: int,
             if node is not None:
                 cluster.drop_node(node)
             code, parts = e.ERROR_CODES["NETWORK_EXCEPTION"], []
+        except KafkaApiError as exc:  # no leader now: asked again within the budget
+            if exc.code not in e.LEADER_RETRIABLE:
+                raise
+            code, parts = exc.code, []
         if code in e.LEADER_RETRIABLE or code == e.ERROR_CODES["NETWORK_EXCEPTION"]:
             cluster.forget_leader(topic, partition)
             if await backoff.wait():
@@ -79,7 +83,10 @@ async def wait_stable(cluster: Cluster, past: dict[tuple[str, int], int], within
                        ) -> dict[tuple[str, int], int]:
     loop = asyncio.get_running_loop()
     start = loop.time()
-    lso = await last_stable(cluster, sorted(past))
+    # A partition without a reachable leader is retried for a second at most here: the caller
+    # judges what it could not read (it never counts as stable).
+    budget = within_s + 1.0
+    lso = await last_stable(cluster, sorted(past), budget)
     delay = 0.001
     while True:
         waiting = sorted(tp for tp, offset in past.items()
@@ -90,12 +97,24 @@ async def wait_stable(cluster: Cluster, past: dict[tuple[str, int], int], within
         await asyncio.sleep(delay)
         # Markers usually land within 10 ms: ask often until then (a ListOffsets is cheap).
         delay = delay if elapsed < 0.01 else min(delay * 2, 0.008)
-        lso.update(await last_stable(cluster, waiting))
+        lso.update(await last_stable(cluster, waiting, budget))
 
 
-async def last_stable(cluster: Cluster, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+async def last_stable(cluster: Cluster, partitions: list[tuple[str, int]],
+                      budget_s: float | None = None) -> dict[tuple[str, int], int]:
     answers = await by_leader(cluster, partitions, ApiKey.LIST_OFFSETS,
-                                    pm.encode_list_offsets_latest, pm.decode_list_offsets_all)
+                              pm.encode_list_offsets_latest, pm.decode_list_offsets_all, budget_s)
+    return {tp: offset for tp, (code, offset) in answers.items()
+            if code == 0 and offset is not None}
+
+
+async def high_watermarks(cluster: Cluster, partitions: list[tuple[str, int]],
+                          budget_s: float | None = None) -> dict[tuple[str, int], int]:
+    def encode(version: int, tps: list[tuple[str, int]]) -> bytes:
+        return pm.encode_list_offsets_latest(version, tps, ISOLATION_READ_UNCOMMITTED)
+
+    answers = await by_leader(cluster, partitions, ApiKey.LIST_OFFSETS, encode,
+                              pm.decode_list_offsets_all, budget_s)
     return {tp: offset for tp, (code, offset) in answers.items()
             if code == 0 and offset is not None}
 
@@ -103,19 +122,26 @@ async def last_stable(cluster: Cluster, partitions: list[tuple[str, int]]) -> di
 async def by_leader(cluster: Cluster, partitions: list[tuple[str, int]], api: ApiKey,
                      encode: Callable[[int, list[tuple[str, int]]], bytes],
                      decode: Callable[[int, Any], Mapping[tuple[str, int], tuple[int, T]]],
+                     budget_s: float | None = None,
                      ) -> dict[tuple[str, int], tuple[int, T | None]]:
     """Ask each partition's leader, one request per leader. A partition whose leader moved or
     could not be reached is asked again (within the retry settings); each partition gets its
     last (error code, answer), the answer None when no leader answered for it."""
     out: dict[tuple[str, int], tuple[int, T | None]] = {}
     todo = partitions
-    backoff = Backoff(cluster.settings)
+    backoff = Backoff(cluster.settings, budget_s)
     network = e.ERROR_CODES["NETWORK_EXCEPTION"]
     while todo:
         by_node: dict[int, list[tuple[str, int]]] = {}
-        for tp in todo:
-            by_node.setdefault(await cluster.leader(*tp), []).append(tp)
         retry: list[tuple[str, int]] = []
+        for tp in todo:
+            try:
+                by_node.setdefault(await cluster.leader(*tp), []).append(tp)
+            except KafkaApiError as exc:  # no leader now (or no such partition)
+                out[tp] = (exc.code, None)
+                if exc.code in e.LEADER_RETRIABLE:
+                    cluster.forget_leader(*tp)
+                    retry.append(tp)
         for node, tps in by_node.items():
             answers: Mapping[tuple[str, int], tuple[int, T]]
             try:
@@ -138,7 +164,8 @@ async def by_leader(cluster: Cluster, partitions: list[tuple[str, int]], api: Ap
 
 
 async def log_check(cluster: Cluster, topic: str, partition: int, offset: int, producer_id: int,
-                     epoch: int, topic_id: str | None) -> LogCheckResult:
+                    epoch: int, topic_id: str | None,
+                    budget_s: float | None = None) -> LogCheckResult:
     if topic_id is not None:
         resp = await cluster.refresh_metadata([topic])
         now = next((t for t in resp.topics if t.name == topic), None)
@@ -147,18 +174,19 @@ async def log_check(cluster: Cluster, topic: str, partition: int, offset: int, p
             return LogCheckResult(LogOutcome.UNKNOWN, UnknownReason.TOPIC_CHANGED,
                                   f"recorded topic id {topic_id}, now {seen}")
     probe = await fetch_at(cluster, topic, partition, offset,
-                                 uuid.UUID(topic_id) if topic_id else None)
+                           uuid.UUID(topic_id) if topic_id else None, budget_s)
     return decide(probe, producer_id, epoch)
 
 
-async def describe_producers(cluster: Cluster, partitions: list[tuple[str, int]]
-                              ) -> dict[tuple[str, int], pm.ProducerState]:
+async def describe_producers(cluster: Cluster, partitions: list[tuple[str, int]],
+                             budget_s: float | None = None
+                             ) -> dict[tuple[str, int], pm.ProducerState]:
     def decode(version: int, r: Any) -> dict[tuple[str, int], tuple[int, pm.ProducerState]]:
         return {(s.topic, s.partition): (s.error_code, s)
                 for s in pm.decode_describe_producers(version, r)}
 
     answers = await by_leader(cluster, partitions, ApiKey.DESCRIBE_PRODUCERS,
-                                    pm.encode_describe_producers, decode)
+                              pm.encode_describe_producers, decode, budget_s)
     return {tp: state if state is not None else pm.ProducerState(*tp, code, None, ())
             for tp, (code, state) in answers.items()}
 

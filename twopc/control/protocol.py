@@ -3,6 +3,8 @@
 Follows the protocol guide's primitive types: fixed-width big-endian integers, zig-zag varints,
 classic (length-prefixed) and compact (length + 1 as unsigned varint) strings, bytes and arrays,
 UUIDs and the tagged-field sections of flexible versions. No I/O here.
+
+Design: docs/design.md section 3.
 """
 
 from __future__ import annotations

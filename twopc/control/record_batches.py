@@ -1,6 +1,8 @@
 """The record batch v2 header: the first 61 bytes of a batch, read without touching its records.
 
 The header is never compressed (only the records after it are), so this works for every codec.
+
+Design: docs/design.md section 3.
 """
 
 from __future__ import annotations

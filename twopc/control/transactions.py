@@ -89,11 +89,12 @@ async def describe_at(cluster: Cluster, node: int, ids: list[str]) -> list[tm.Tx
     return tm.decode_describe_transactions(version, reader)
 
 
-async def list_transactions(cluster: Cluster, prefix: str | None,
-                            states: list[str]) -> list[TransactionListing]:
+async def list_transactions(cluster: Cluster, prefix: str | None, states: list[str],
+                            producer_ids: tuple[int, ...] = ()) -> list[TransactionListing]:
     await cluster.refresh_metadata()
     nodes = sorted(cluster.brokers)
-    replies = await asyncio.gather(*(list_at(cluster, n, prefix, states) for n in nodes))
+    replies = await asyncio.gather(*(list_at(cluster, n, prefix, states, producer_ids)
+                                     for n in nodes))
     seen: dict[str, TransactionListing] = {}
     for node, resp in zip(nodes, replies, strict=True):
         for tid, pid, state in resp.transactions:
@@ -103,8 +104,8 @@ async def list_transactions(cluster: Cluster, prefix: str | None,
     return sorted(seen.values(), key=lambda t: t.transactional_id)
 
 
-async def list_at(cluster: Cluster, node: int, prefix: str | None,
-                   states: list[str]) -> tm.ListTransactionsResponse:
+async def list_at(cluster: Cluster, node: int, prefix: str | None, states: list[str],
+                  producer_ids: tuple[int, ...] = ()) -> tm.ListTransactionsResponse:
     backoff = Backoff(cluster.settings)
     while True:
         conn = await cluster.connection(node)
@@ -112,7 +113,7 @@ async def list_at(cluster: Cluster, node: int, prefix: str | None,
         pattern = prefix_pattern(prefix) if prefix and version >= 2 else None
         resp = tm.decode_list_transactions(version, await conn.request(
             ApiKey.LIST_TRANSACTIONS, version,
-            tm.encode_list_transactions(version, states, pattern)))
+            tm.encode_list_transactions(version, states, pattern, producer_ids)))
         if resp.error_code == 0:
             return resp
         if resp.error_code not in e.COORDINATOR_RETRIABLE or not await backoff.wait():
@@ -192,9 +193,16 @@ async def fence_one(cluster: Cluster, tid: str, timeout_ms: int) -> FenceResult:
     return FenceResult(tid, resp.producer_id, resp.producer_epoch)
 
 
+# What a broker whose transaction.max.timeout.ms is below the release's asks for instead.
+FALLBACK_RELEASE_TIMEOUT_MS = 60000
+
+
 async def release_stranded(cluster: Cluster, tid: str, parts: tuple[tuple[str, int], ...],
-                   expected_pid: int | None, timeout_ms: int) -> ReleaseResult:
+                           expected_pid: int | None, timeout_ms: int) -> ReleaseResult:
     init = await fence_one(cluster, tid, timeout_ms)
+    if init.error == "INVALID_TRANSACTION_TIMEOUT" and timeout_ms > FALLBACK_RELEASE_TIMEOUT_MS:
+        # Refused before anything changed: the broker allows less; ask for the producer default.
+        init = await fence_one(cluster, tid, FALLBACK_RELEASE_TIMEOUT_MS)
     if init.error is not None:
         return ReleaseResult(tid, -1, -1, parts, init.error, "init_producer_id")
     pid, epoch = init.producer_id, init.epoch

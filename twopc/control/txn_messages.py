@@ -1,6 +1,8 @@
 """Wire format of the transaction coordinator's requests: InitProducerId, EndTxn,
 AddPartitionsToTxn, DescribeTransactions, ListTransactions (Kafka's message definitions under
 clients/src/main/resources/common/message/).
+
+Design: docs/design.md section 3.
 """
 
 from __future__ import annotations
@@ -151,8 +153,11 @@ class ListTransactionsResponse:
 
 
 def encode_list_transactions(version: int, states: Sequence[str],
-                             id_pattern: str | None = None) -> bytes:
-    w = Writer(True).array(list(states), Writer.string).array([], Writer.int64)
+                             id_pattern: str | None = None,
+                             producer_ids: Sequence[int] = ()) -> bytes:
+    """`producer_ids`: only the transactional ids these producer ids belong to (every version
+    filters by producer id; empty: no filter)."""
+    w = Writer(True).array(list(states), Writer.string).array(list(producer_ids), Writer.int64)
     if version >= 1:
         w.int64(-1)
     if version >= 2:

@@ -4,6 +4,8 @@ they read (shared by the demo and the Spark crash tests).
 A Spark driver is a Python process, its JVM, and the JVM's Python workers; PySpark's daemon puts the
 workers in a process group of their own but in the same session. So a driver is started as the leader
 of a new session, and "kill the driver" means SIGKILL to every process of that session.
+
+Design: docs/design.md section 7.
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ JSON files (one per micro-batch: maxFilesPerTrigger=1, trigger availableNow) -> 
 
 CONFIG_JSON: {"bootstrap", "topic", "source", "spark_checkpoint", "twopc_checkpoint", "prefix",
 "partitions", "sink", "jars"}.
+
+Design: docs/design.md section 7.
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@
 Each driver run is `python -m twopc.demo.job` leading its own session (twopc_testing.drivers). The kill
 is the crash-point mechanism (twopc.crashpoints): the driver's processes SIGKILL their whole session
 at the named step, once the parent has created the "arm" file after the batch before the chosen one.
+
+Design: docs/design.md section 7.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from twopc.broker.under_test import KafkaUnderTest
-from twopc.crashpoints import ARM_FILE_VAR, ENV_VAR, SCOPE_VAR
+from twopc.crashpoints import ARM_FILE_VAR, ENV_VAR, SCOPE_VAR, test_hooks_env
 from twopc.demo.drivers import DriverProcess, write_json_files
 from twopc.demo.job import KAFKA_AFTER_WRITE, PREFIX
 from twopc.demo.narrate import RecoverySummary, committed_figures, intent_figures, summarize_recovery
@@ -188,7 +190,8 @@ class Demo:
         }
         point = cfg.kill_at if cfg.sink == "kafka2pc" else KAFKA_AFTER_WRITE
         arm = self.workdir / "kill-armed"
-        crash_env = {ENV_VAR: point, SCOPE_VAR: "session", ARM_FILE_VAR: str(arm)}
+        # The demo kills its own driver on purpose: it arms the test hooks in that child alone.
+        crash_env = test_hooks_env(**{ENV_VAR: point, SCOPE_VAR: "session", ARM_FILE_VAR: str(arm)})
         self.say("starting the streaming Spark driver (local[2]) ...")
         rc = self._drive(job, "driver-1", crash_env, arm)
         if rc != -9:

@@ -15,6 +15,7 @@ With twopc.commitSourceOffsets the last one also carries the batch's source offs
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future
@@ -27,23 +28,34 @@ from twopc.driver import observe
 from twopc.driver.call import DriverCall, DriverSettings
 from twopc.driver.recovery_report import RecoveryReport
 from twopc.driver.settle import settle
-from twopc.driver.source_offsets import attach, commit_plain
+from twopc.driver.source_offsets import attach
 from twopc.errors import (
     BatchAborted,
     BatchPartlyCommitted,
     DataLossError,
     GuardFailed,
+    LogOwnershipLost,
     TwopcError,
 )
 from twopc.protocol.clock import check_before_intent, warn_clock_outliers
 from twopc.protocol.enums import TextEnum
 from twopc.protocol.handle import Handle, ResultKind, WriteResult
 from twopc.protocol.log_records import Aborted, Committed, Duplicates, Prepared
-from twopc.protocol.offsets import SourceOffsets, SourceOffsetsRefused, carrier_of, needs_offsets
-from twopc.protocol.owner import Owner
+from twopc.protocol.offsets import (
+    SourceOffsets,
+    SourceOffsetsRefused,
+    alone_id,
+    carrier_of,
+    needs_offsets,
+)
+from twopc.protocol.owner import Owner, OwnerKind
 from twopc.protocol.plans import CommitAction, plan_abort, plan_commit
 from twopc.protocol.state import BatchStatus, TxnKey, txn_key
 from twopc.protocol.verdicts import BatchOutcome, Fate, Verdict, fate_of_end_txn
+
+# Not the `twopc` logger itself (its lines are JSON figures): a child, which reaches the same
+# handlers (observe.show_in_worker_log).
+_log = logging.getLogger(__name__)
 
 
 class InvalidResults(ValueError):
@@ -71,6 +83,7 @@ class CommitReport:
     orphans: tuple[str, ...] = ()  # fenced: open ids of the pool the intent does not name
     recovery: RecoveryReport | None = None
     figures: observe.BatchFigures | None = None  # what was logged (observe.metrics for Spark)
+    notes: list[str] = field(default_factory=list)  # what else the caller should know
 
 
 @dataclass
@@ -102,12 +115,18 @@ class Coordinator:
         (source_offsets.py)."""
         began = time.monotonic()
         try:
-            report = self._commit(batch, results, offsets)
+            try:
+                report = self._commit(batch, results, offsets)
+            except LogOwnershipLost as lost:
+                report = self._committed_by_another(batch, results, lost)
         except TwopcError as exc:
             self._observe("commit", batch, type(exc).__name__, results, 0, began)
             raise
         report.figures = self._observe("commit", batch, report.status, results,
                                        len(report.committed), began)
+        warning = observe.age_warning(report.figures) if report.committed else None
+        if warning is not None:
+            _log.warning("twopc: %s", warning)
         return report
 
     def _commit(self, batch: str, results: Sequence[WriteResult | None],
@@ -160,9 +179,38 @@ class Coordinator:
             return report
         raise AssertionError("an open intent survived its own settling")  # settle records outcomes
 
-    def abort(self, batch: str, results: Sequence[WriteResult | None]) -> AbortReport:
+    def _committed_by_another(self, batch: str, results: Sequence[WriteResult | None],
+                              lost: LogOwnershipLost) -> CommitReport:
+        """This call lost an append to another driver (recovery before another run, `twopc
+        recover`, a concurrent run of the same job). If that driver committed this call's very
+        transactions (it rolled this call's intent forward), the batch is committed with what
+        this call wrote (issue 30, item 4): a batch job reports that, not a failure; a streaming
+        query's driver still stops with `lost` (two drivers of one query: this one must not go on
+        to its next batch), which then says so. Anything else: `lost`. Read only: nothing is
+        appended, ended or fenced here (the log fence stands)."""
+        handles, _ = _handles_of(batch, results, allow_failed=False)
+        if not handles:
+            raise lost
+        state = self.open_call().batch_state(batch)
+        visible = ({txn_key(h) for h in state.committed.values()}
+                   if state.status is BatchStatus.COMMITTED else set())
+        if not all(txn_key(h) in visible for h in handles):
+            raise lost
+        note = (f"batch {batch} is committed with this call's {len(handles)} transactions, "
+                "by another driver, which settled this call's intent while it was held up "
+                f"(this call then lost record {lost.seq} of the log to it)")
+        if self.owner.kind is not OwnerKind.JOB:
+            if hasattr(lost, "add_note"):  # Python 3.11+
+                lost.add_note(f"twopc: {note}")
+            raise lost
+        _log.warning("twopc: %s", note)
+        return CommitReport(batch, CommitStatus.COMMITTED,
+                            committed=tuple(h.transactional_id for h in handles), notes=[note])
+
+    def abort(self, batch: str, results: Sequence[WriteResult | None],
+              reason: str = "Spark aborted the batch") -> AbortReport:
         """Spark's abort: roll an open intent forward (it is the commit decision), and fence the
-        handles in `results` that no intent names."""
+        handles in `results` that no intent names (`reason`: why, in their record)."""
         began = time.monotonic()
         handles, _ = _handles_of(batch, results, allow_failed=True)
         call = self.open_call()
@@ -182,8 +230,7 @@ class Coordinator:
             if state.status is BatchStatus.COMMITTED:
                 report.fenced = call.fence_recorded(Duplicates(batch, ids))
             else:
-                report.fenced = call.fence_recorded(
-                    Aborted(batch, others, "Spark aborted the batch", None))
+                report.fenced = call.fence_recorded(Aborted(batch, others, reason[:2000], None))
         except TwopcError as exc:
             self._observe("abort", batch, type(exc).__name__, results, 0, began)
             raise
@@ -231,7 +278,7 @@ class Coordinator:
         # open before and after the EndTxns alike. (On the settling path its answer is unused.)
         listing = self.control.start_list_transactions(self.owner.prefix,
                                                        states=[TxnState.ONGOING])
-        answers = _end_in_order(call, handles)
+        answers = _end_in_order(call, handles, carrier=offsets is not None)
         fates = {txn_key(h): fate_of_end_txn(answers.get(h.transactional_id)) for h in handles}
         if any(v.fate is not Fate.COMMITTED for v in fates.values()):
             # Some EndTxn answers prove nothing: the log check decides, exactly as in recovery.
@@ -264,11 +311,14 @@ class Coordinator:
     def _commit_offsets_only(self, call: DriverCall, batch: str,
                              offsets: SourceOffsets) -> CommitReport:
         """A batch that wrote no record still moves the group's offsets: an intent that names
-        them (no transaction, no carrier), a plain commit of them, the outcome. Recovery repeats
-        the commit for an intent left without outcome."""
-        intent_seq = call.append(Prepared(batch, (), offsets.with_carrier(None)))
+        them and the id that carries them (`alone_id`), their own transaction on that id (never a plain
+        OffsetCommit: source_offsets.py `commit_alone` says why), the outcome. Recovery does the
+        transaction again for an intent left without outcome."""
+        carried = offsets.with_carrier(alone_id(self.owner.prefix))
+        intent_seq = call.append(Prepared(batch, (), carried))
         crash_point("coordinator.after_intent")
-        commit_plain(self.control, batch, offsets)
+        call.commit_offsets_alone(batch, carried)
+        crash_point("coordinator.after_all_endtxn")
         return self._commit_empty(call, batch, intent_seq)
 
     def _commit_empty(self, call: DriverCall, batch: str, intent_seq: int | None) -> CommitReport:
@@ -310,7 +360,12 @@ class Coordinator:
         return fig
 
 
-def _end_in_order(call: DriverCall, handles: Sequence[Handle]) -> dict[str, EndTxnOutcome]:
+def _end_in_order(call: DriverCall, handles: Sequence[Handle],
+                  carrier: bool) -> dict[str, EndTxnOutcome]:
+    """EndTxn(commit) of the first handle, then all but the last, then the last. With `carrier`
+    (the last carries the batch's source offsets), the last only if every other one answered
+    committed: otherwise it is left to the settling (settle.py), which commits it only once the
+    log proves the others committed, and fences it if one was aborted."""
     reqs = [EndTxnRequest(h.transactional_id, h.producer_id, h.epoch, True) for h in handles]
     answers = dict(call.end_txns(reqs[:1]))
     crash_point("coordinator.after_endtxn_1")
@@ -318,7 +373,8 @@ def _end_in_order(call: DriverCall, handles: Sequence[Handle]) -> dict[str, EndT
         if len(reqs) > 2:
             answers.update(call.end_txns(reqs[1:-1]))
         crash_point("coordinator.after_endtxn_n_minus_1")
-        answers.update(call.end_txns(reqs[-1:]))
+        if not carrier or all(a.committed for a in answers.values()):
+            answers.update(call.end_txns(reqs[-1:]))
     crash_point("coordinator.after_all_endtxn")
     return answers
 

@@ -25,6 +25,9 @@ LOGGER_NAME = "twopc"
 logger = logging.getLogger(LOGGER_NAME)
 
 EVENTS = ("commit", "abort", "recovery")
+# A commit whose oldest transaction was this old, as a fraction of its timeout, warns (guard 5):
+# a batch that took twice as long would have lost its transactions (docs/design.md section 4).
+AGE_WARNING_RATIO = 0.5
 # Outcomes that need no operator: anything else is logged at WARNING.
 _QUIET_OUTCOMES = frozenset({"committed", "already_committed", "repaired", "empty", "aborted",
                              "fenced", "rolled_forward"})
@@ -69,6 +72,21 @@ def figures(event: str, batch: str, outcome: str, handles: Sequence[Handle], *,
     ratio = None if age is None or not timeout else round(age / timeout, 4)
     return BatchFigures(event, batch, outcome, sum(h.record_count for h in handles), len(handles),
                         committed, round(latency_ms, 3), age, timeout, ratio)
+
+
+def age_warning(fig: BatchFigures) -> str | None:
+    """Pure: what to tell the operator when a batch's oldest transaction had reached
+    AGE_WARNING_RATIO of its timeout at the end of its commit, with the fix; None otherwise."""
+    ratio, age, timeout = fig.oldest_txn_age_ratio, fig.oldest_txn_age_ms, fig.oldest_txn_timeout_ms
+    if ratio is None or age is None or not timeout or age < timeout * AGE_WARNING_RATIO:
+        return None  # the age itself, not the rounded ratio
+    return (
+        f"batch {fig.batch}: its oldest transaction was {age} ms old when its commit ended, "
+        f"{ratio:.0%} of its transaction.timeout.ms ({timeout} ms). A batch that takes twice as "
+        "long is aborted whole before its commit (GuardFailed) or loses its transactions to the "
+        "coordinator's timeout. Make batches smaller (rate-limit the source: maxOffsetsPerTrigger, "
+        "maxFilesPerTrigger; trigger more often) or faster, or raise twopc.transactionTimeoutMs "
+        "(within the brokers' transaction.max.timeout.ms)")
 
 
 def log_batch(fig: BatchFigures) -> None:

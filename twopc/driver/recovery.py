@@ -13,15 +13,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from checkpoint import Log
+from checkpoint import KeyExists, Log
 from twopc.control import ControlClient
 from twopc.driver import observe
 from twopc.driver.call import DriverCall, DriverSettings
 from twopc.driver.recovery_report import RecoveryReport
 from twopc.driver.settle import settle
-from twopc.driver.stranded import StrandedReport
+from twopc.driver.stranded import StrandedReport, prove_holds
 from twopc.errors import ResolutionRefused
-from twopc.protocol.log_records import DECISIONS, RESOLVE_COMMITTED, Resolved
+from twopc.protocol.holds import HoldProof, committed_handles
+from twopc.protocol.log_records import DECISIONS, RESOLVE_COMMITTED, Resolved, Stranded
 from twopc.protocol.owner import Owner
 from twopc.protocol.state import BatchStatus
 from twopc.protocol.verdicts import BatchOutcome, Fate
@@ -87,3 +88,32 @@ class Recovery:
         seq = call.append(Resolved(batch, decision, note))
         if decision == RESOLVE_COMMITTED:
             call.remember_job(batch, seq)
+
+    def acknowledge_loss(self, batch: str, note: str) -> tuple[str, ...]:
+        """The operator's acknowledgement of committed records of `batch` that the log proves
+        aborted after their commit (StrandedCommitAborted): the holds of its ids go, so that
+        checks stop raising, and the acknowledgement (ids, note, time) stays in the log's index,
+        which is never purged. Refused unless the log proves the loss. Returns the ids."""
+        if not note.strip():
+            raise ResolutionRefused("an acknowledgement needs a note saying who decided and why")
+        call = DriverCall(self.log, self.control, self.settings)
+        held = [(b, h) for b, h in committed_handles(call.state.batches.values())
+                if b == batch and h.transactional_id in call.state.stranded]
+        evidence = prove_holds(self.control, held)
+        proofs = evidence.proofs
+        lost = tuple(sorted(t for t, (p, _) in proofs.items() if p is HoldProof.ABORTED))
+        if not lost:
+            raise ResolutionRefused(
+                f"batch {batch} holds no id whose committed records the log proves aborted "
+                f"(held: {sorted(h.transactional_id for _, h in held) or 'none'}): nothing to "
+                "acknowledge; "
+                "`twopc recover` clears a hold once the log proves its records committed")
+        record = {"ids": list(lost), "note": note, "at_ms": self.settings.clock_ms(),
+                  "why": {t: proofs[t][1] for t in lost}}
+        try:
+            self.log.index.create(f"loss:{batch}", record)
+        except KeyExists as exc:
+            raise ResolutionRefused(f"the loss of batch {batch} was acknowledged already "
+                                    f"({self.log.index.get(f'loss:{batch}')})") from exc
+        call.append(Stranded((), lost))
+        return lost

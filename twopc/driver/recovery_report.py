@@ -1,5 +1,8 @@
 """What a recovery (or a commit call settling its own batch) found and did, per batch and handle:
-the report behind `twopc recover`, the Spark listener's recovery entries and the typed errors."""
+the report behind `twopc recover`, the Spark listener's recovery entries and the typed errors.
+
+Design: docs/design.md section 4.
+"""
 
 from __future__ import annotations
 

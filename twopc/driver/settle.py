@@ -1,10 +1,12 @@
 """Settling recorded intents without outcome (docs/design.md section 4), in two passes.
 
 Pass 1 acts on what the coordinator proves: it names, in one record, the open transactions it will
-roll forward (and, when sweeping, the pool's open transactions nothing recorded names), then
-commits the first and fences the second. Pass 2 asks the log itself about the rest, with a bounded
-wait that ends in "unknown" rather than a hang. Each batch's outcome is then recorded. The
-decisions are in twopc/protocol; this module only asks and carries out, through the call's door.
+roll forward and the ids of the source offsets' own transactions of batches without records (and,
+when sweeping, in another, the pool's open transactions nothing recorded names), then commits the
+first, fences the last, and does the offsets' transactions again (source_offsets.py). Pass 2 asks
+the log itself about the rest, with a bounded wait that ends in "unknown" rather than a hang. Each
+batch's outcome is then recorded. The decisions are in twopc/protocol; this module only asks and
+carries out, through the call's door.
 
 Every verdict belongs to one recorded handle (`txn_key`: transactional id, producer id, epoch):
 two pending intents may name one transactional id with different epochs, and each gets its own.
@@ -21,9 +23,9 @@ from twopc.control import ControlClient, EndTxnOutcome, EndTxnRequest, TxnState
 from twopc.crashpoints import crash_point
 from twopc.driver.call import DriverCall
 from twopc.driver.recovery_report import BatchReport, HandleReport, RecoveryReport
-from twopc.driver.source_offsets import commit_plain
 from twopc.protocol.handle import Handle
 from twopc.protocol.log_records import Aborted, Committed, Orphans, Partial, RollForward
+from twopc.protocol.offsets import CarrierAction, alone_id, carrier_action
 from twopc.protocol.plans import unnamed_open
 from twopc.protocol.state import BatchState, TxnKey, txn_key
 from twopc.protocol.verdicts import (
@@ -69,29 +71,42 @@ def settle(call: DriverCall, batches: Sequence[BatchState], *, sweep: bool,
         if txn_key(h) not in first:
             first[txn_key(h)] = pass1(h, described.get(h.transactional_id))
 
+    # A carrier of source offsets commits only once the rest of its batch is proven committed
+    # (protocol/offsets.py `carrier_action`): it is held back here and decided after pass 2.
+    carriers = {txn_key(h): b for b in batches for h in b.intent
+                if b.offsets is not None and h.transactional_id == b.offsets.carrier}
     # At most one handle per id holds the coordinator's producer id and epoch: EndTxn each once.
     roll = list({txn_key(h): h for _, h in handles
-                 if first[txn_key(h)].fate is Fate.ROLL_FORWARD}.values())
+                 if first[txn_key(h)].fate is Fate.ROLL_FORWARD
+                 and txn_key(h) not in carriers}.values())
+    held_carriers = [h for _, h in handles if txn_key(h) in carriers
+                     and first[txn_key(h)].fate is Fate.ROLL_FORWARD]
+    # Batches without records: their source offsets' own transaction is done again on the id the
+    # intent names (an intent written before those transactions names none: one is chosen).
+    alone = {b.batch: b.offsets.with_carrier(b.offsets.carrier or alone_id(prefix))
+             for b in batches if not b.intent and b.offsets is not None}
+    rolled = (*(h.transactional_id for h in roll), *(str(o.carrier) for o in alone.values()))
     orphans: tuple[str, ...] = ()
     if sweep:
         listed = control.list_transactions(prefix, states=[TxnState.ONGOING])
+        # Never an open transaction this settling may still commit: those rolled forward, the
+        # carriers held back until pass 2 decides them, and held ids (a held id's open
+        # transaction may be our release, cut short: call.py).
         orphans = unnamed_open(prefix, (t.transactional_id for t in listed),
-                               protected=(h.transactional_id for h in roll))
-    if roll:
-        call.append(RollForward(tuple(h.transactional_id for h in roll)))
+                               protected=set(rolled)
+                               | {h.transactional_id for h in held_carriers}
+                               | set(call.state.stranded))
+    if rolled:
+        call.append(RollForward(tuple(dict.fromkeys(rolled))))
     if orphans:
         call.append(Orphans(orphans))
     crash_point("recovery.after_record")
 
     fates = dict(first)
+    for h in held_carriers:
+        fates[txn_key(h)] = Verdict(Fate.UNDECIDED, "a carrier of source offsets, held back")
     if roll:
-        # A transaction that carries source offsets commits after the batch's others
-        # (source_offsets.py): the group's offsets never become visible before the records.
-        # Carriers are handles of their own batch's intent (another batch may name the same id).
-        carriers = {txn_key(h) for b in batches if b.offsets is not None for h in b.intent
-                    if h.transactional_id == b.offsets.carrier}
-        answers = _commit_all(call, [h for h in roll if txn_key(h) not in carriers])
-        answers.update(_commit_all(call, [h for h in roll if txn_key(h) in carriers]))
+        answers = _commit_all(call, roll)
         for h in roll:
             fates[txn_key(h)] = fate_of_end_txn(answers.get(h.transactional_id))
         crash_point("recovery.after_rollforward")
@@ -102,19 +117,63 @@ def settle(call: DriverCall, batches: Sequence[BatchState], *, sweep: bool,
         report.fence_failures = failed
         crash_point("recovery.during_sweep")
 
-    undecided = [h for _, h in handles if fates[txn_key(h)].fate is Fate.UNDECIDED]
-    progress(total - len(undecided))
+    held = {txn_key(h) for h in held_carriers}
+    undecided = [h for _, h in handles
+                 if fates[txn_key(h)].fate is Fate.UNDECIDED and txn_key(h) not in held]
+    progress(total - len(undecided) - len(held))
     fates.update(check_logs(control, undecided, call.settings.settle_wait_ms, clock,
-                            on_settled=lambda n: progress(total - len(undecided) + n)))
+                            on_settled=lambda n: progress(total - len(undecided) - len(held) + n)))
+    to_fence = _decide_carriers(call, held_carriers, carriers, fates)
+    progress(total)
 
     for b in batches:
-        if not b.intent and b.offsets is not None:
-            # A batch without records: its decided offsets are committed plainly (idempotent).
-            commit_plain(control, b.batch, b.offsets)
+        if b.batch in alone:
+            call.commit_offsets_alone(b.batch, alone[b.batch])
         open_orphans = partial(_open_orphans, call, b) if name_orphans else None
         report.batches.append(_record_outcome(call, b, first, fates, open_orphans))
         crash_point("recovery.after_outcome")
+    # Carriers the outcome records name as lost: fenced now, so the offsets they hold never land
+    # (a crash before this leaves them to the next sweep: no pending intent names them then).
+    # Only a carrier that an outcome record names: an undecided batch has none (the door would
+    # refuse the fence), and its carrier stays open for the next settling to decide again.
+    recorded = {r.batch for r in report.batches if r.recorded_seq is not None}
+    fence_now = [h.transactional_id for h in to_fence if carriers[txn_key(h)].batch in recorded]
+    if fence_now:
+        failed = call.fence_named(fence_now)
+        report.fence_failures.update(failed)
     return report
+
+
+def _decide_carriers(call: DriverCall, held: Sequence[Handle],
+                     carriers: Mapping[TxnKey, BatchState],
+                     fates: dict[TxnKey, Verdict]) -> list[Handle]:
+    """Commit each held-back carrier whose batch's other transactions are all proven committed
+    (after a record naming it); mark for fencing those whose batch lost one; leave the rest open
+    and undecided. Returns the carriers to fence once the outcome records name them."""
+    commit: list[Handle] = []
+    fence: list[Handle] = []
+    for h in held:
+        b = carriers[txn_key(h)]
+        others = [fates[txn_key(o)].fate for o in b.intent if txn_key(o) != txn_key(h)]
+        action = carrier_action(others)
+        if action is CarrierAction.COMMIT:
+            commit.append(h)
+        elif action is CarrierAction.FENCE:
+            fence.append(h)
+            fates[txn_key(h)] = Verdict(Fate.ABORTED, "a carrier of source offsets, fenced: "
+                                        "another transaction of its batch was aborted")
+        else:
+            fates[txn_key(h)] = Verdict(Fate.UNKNOWN, "a carrier of source offsets, left open: "
+                                        "the batch's other transactions are not all proven")
+    if commit:
+        call.append(RollForward(tuple(h.transactional_id for h in commit)))
+        answers = _commit_all(call, commit)
+        for h in commit:
+            fates[txn_key(h)] = fate_of_end_txn(answers.get(h.transactional_id))
+        crash_point("recovery.after_carriers")
+        unconfirmed = [h for h in commit if fates[txn_key(h)].fate is Fate.UNDECIDED]
+        fates.update(check_logs(call.control, unconfirmed, call.settings.settle_wait_ms))
+    return fence
 
 
 def _open_orphans(call: DriverCall, b: BatchState) -> tuple[str, ...]:

@@ -1,5 +1,6 @@
 """Guard 1, at start: the brokers' version and the transaction timeout against their maximum
-(docs/design.md section 4). Raises UnsupportedBroker with what to change.
+(docs/design.md section 4). Raises UnsupportedBroker with what to change. And the trigger interval
+against the timeout (`trigger_interval_problem`, pure: the Spark side raises).
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ import logging
 from collections.abc import Mapping
 
 from twopc.control import ControlClient
+from twopc.control.oauth import librdkafka_config
 from twopc.errors import UnsupportedBroker
 
 _log = logging.getLogger(__name__)
@@ -44,7 +46,8 @@ def broker_max_timeout_ms(config: Mapping[str, str]) -> int | None:
     from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
     try:
-        admin = AdminClient({k: v for k, v in config.items() if not k.startswith("transaction")})
+        admin = AdminClient({k: v for k, v in librdkafka_config(config).items()
+                             if not k.startswith("transaction")})
         brokers = admin.list_topics(timeout=10).brokers
         if not brokers:
             return None
@@ -64,3 +67,34 @@ def check_at_start(control: ControlClient, config: Mapping[str, str],
     check_timeout(transaction_timeout_ms, broker_max_timeout_ms(config))
     return found
 
+
+
+# A micro-batch's transactions stay open from its tasks' start to its commit. A query that keeps up
+# with its trigger spends up to the interval on a batch, so the interval may take at most this
+# fraction of the timeout: a batch that fills its interval then commits at the age where the commit
+# warns (observe.AGE_WARNING_RATIO), with the other half left for a slower one.
+TRIGGER_FRACTION = 0.5
+
+
+def max_trigger_interval_ms(transaction_timeout_ms: int, margin_ms: int) -> int:
+    """The longest trigger interval a timeout allows: TRIGGER_FRACTION of it, and in any case
+    less than what guard 3 leaves (the timeout less the commit margin)."""
+    return max(0, min(int(transaction_timeout_ms * TRIGGER_FRACTION),
+                      transaction_timeout_ms - margin_ms))
+
+
+def trigger_interval_problem(trigger_ms: int, transaction_timeout_ms: int,
+                             margin_ms: int) -> str | None:
+    """Why a trigger interval is unsafe for the timeout, with the fix; None if it is safe."""
+    limit = max_trigger_interval_ms(transaction_timeout_ms, margin_ms)
+    if trigger_ms <= limit:
+        return None
+    needed = max(int(trigger_ms / TRIGGER_FRACTION), trigger_ms + margin_ms)
+    return (
+        f"a trigger interval of {trigger_ms} ms is more than {limit} ms, the most that a "
+        f"transaction timeout of {transaction_timeout_ms} ms allows (half of it, and less than "
+        f"the timeout minus the commit margin of {margin_ms} ms): a micro-batch's transactions "
+        "stay open from its tasks' start to its commit, and a query that keeps up with its "
+        "trigger spends up to the interval on a batch. Trigger more often (processingTime of at "
+        f"most {limit} ms) or raise twopc.transactionTimeoutMs to at least {needed} ms (within the "
+        "brokers' transaction.max.timeout.ms)")

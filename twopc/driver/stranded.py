@@ -25,25 +25,36 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from checkpoint.memo import Memo
-from twopc.control import ControlClient, ReleaseResult
+from twopc.control import ControlClient, EndTxnOutcome, EndTxnRequest, ReleaseResult
 from twopc.control.errors import error_name
+from twopc.errors import StrandedCommitAborted
 from twopc.protocol.handle import Handle, PartitionSpan
 from twopc.protocol.holds import (
+    HoldProof,
     TopicPartition,
     committed_handles,
     hold_changes,
     maybe_held,
+    proof_of,
     stuck_spans,
+    to_prove,
     unreadable_spans,
 )
 from twopc.protocol.log_records import LogRecord, Released
 from twopc.protocol.state import BatchState, LogState, TxnKey, txn_key
-from twopc.protocol.verdicts import StrandedFate, StrandedVerdict, judge
+from twopc.protocol.verdicts import (
+    Fate,
+    StrandedFate,
+    StrandedVerdict,
+    Verdict,
+    fate_of_log_check,
+    judge,
+)
 
 log = logging.getLogger("twopc.stranded")
 
@@ -57,6 +68,9 @@ _POLL_S = 0.2
 # (benchmarks/README.md section 5), and a partition someone else's open transaction holds costs
 # no more than this before the judging settles it.
 _MARKER_WINDOW_S = 0.03
+# A held id's proof (its log checks) retries a leader that cannot be reached this long at most:
+# unproven, the hold stays, and the next check asks again.
+_PROOF_BUDGET_S = 2.0
 
 
 # ---- the I/O ------------------------------------------------------------------------------------
@@ -69,6 +83,7 @@ class StrandedNote:
     fate: StrandedFate
     reason: str
     partitions: tuple[TopicPartition, ...] = ()
+    end_at: tuple[int, int] | None = None  # FINISH: the release's (producer id, epoch)
 
 
 @dataclass
@@ -85,8 +100,8 @@ class StrandedReport:
     def unreleased(self) -> list[StrandedNote]:
         """Stranded or possibly stranded transactions left as they are (reported, with why)."""
         failed = {t for t, r in self.releases.items() if not r.released}
-        return [n for n in self.notes if n.fate is not StrandedFate.RELEASE
-                or n.transactional_id in failed]
+        acted = (StrandedFate.RELEASE, StrandedFate.FINISH)
+        return [n for n in self.notes if n.fate not in acted or n.transactional_id in failed]
 
     def merged(self, other: StrandedReport) -> StrandedReport:
         """Both checks' findings (recovery checks before its sweep and after it commits)."""
@@ -125,13 +140,21 @@ class Door(Protocol):
     def release(self, transactional_id: str, partitions: Sequence[tuple[str, int]],
                 producer_id: int) -> ReleaseResult: ...
 
+    def end_txns(self, requests: Sequence[EndTxnRequest]) -> dict[str, EndTxnOutcome]: ...
+
 
 def release_stranded_commits(call: Door,
                              batches: Iterable[BatchState], *, wait_ms: int, grace_ms: int,
+                             patient: Collection[str] | None = None,
                              clock: Callable[[], float] = time.monotonic) -> StrandedReport:
     """Find the committed handles of `batches` whose partitions their open transaction still holds
     back (or may: unreadable), wait (bounded) while markers may be on their way, then record and
-    release them; record which ids stay held and which are cleared (`hold_changes`)."""
+    release them; record which ids stay held and which are cleared (`hold_changes`).
+
+    `patient`: the batches whose undecided handles are worth the bounded wait (a commit's own
+    batch); the others are judged on one look, and what is not settled stays held for a later
+    check (None: every batch). So a partition that cannot be read for a while costs the commits
+    that do not touch it nothing but a hold."""
     batches = list(batches)
     handles = committed_handles(batches)
     report = StrandedReport(checked=len(handles))
@@ -152,16 +175,54 @@ def release_stranded_commits(call: Door,
     if any(tp not in lso or lso[tp] <= first for tp, first in latest.items()):
         suspects = [(b, h) for b, h in handles if any(maybe_held(s, lso) for s in h.spans)]
     if suspects:  # else the usual case: one ListOffsets per leader
-        _judge_and_release(call, suspects, report, wait_ms, grace_ms, clock)
+        _judge_and_release(call, suspects, report, wait_ms, grace_ms, clock, patient)
     for n in report.unreleased:
         log.error("a committed transaction still holds partitions open: %s (batch %s): %s",
                   n.transactional_id, n.batch, report.why(n))
-    changes = hold_changes(call.state, (h for _, h in handles),
-                           {n.transactional_id: (n.batch, report.why(n))
-                            for n in report.unreleased})
+    unreleased = {n.transactional_id: (n.batch, report.why(n)) for n in report.unreleased}
+    # A hold goes only once the log proves its records committed (issue 30): never silently.
+    candidates = to_prove(call.state, (h for _, h in handles), unreleased)
+    evidence = prove_holds(control,
+                           [(b, h) for b, h in handles if h.transactional_id in candidates])
+    changes = hold_changes(call.state, (h for _, h in handles), unreleased,
+                           {t: p for t, (p, _) in evidence.proofs.items()})
     if changes is not None:
         call.append(changes)
+    if evidence.aborted:
+        raise StrandedCommitAborted([(b, h, evidence.aborted[txn_key(h)]) for b, h in handles
+                                     if txn_key(h) in evidence.aborted])
     return report
+
+
+@dataclass(frozen=True)
+class HoldEvidence:
+    """What the log checks of a held id's visible handles prove: the id's proof (its hold goes
+    only on COMMITTED), and which of those handles have a span proven aborted, each with the
+    first such span's answer. The loss is a handle's, not the id's: an id reused by a later batch
+    holds handles of several batches, and only those with an aborted span lost records."""
+
+    proofs: dict[str, tuple[HoldProof, str]]
+    aborted: dict[TxnKey, str]
+
+
+def prove_holds(control: ControlClient, handles: Sequence[tuple[str, Handle]]) -> HoldEvidence:
+    """The log checks of every span of the held ids' visible handles."""
+    verdicts: dict[str, list[Verdict]] = {}
+    why: dict[str, str] = {}
+    aborted: dict[TxnKey, str] = {}
+    for _, h in handles:
+        for s in h.spans:
+            v = fate_of_log_check(control.log_check(s.topic, s.partition, s.first_offset,
+                                                    h.producer_id, h.epoch, s.topic_id,
+                                                    _PROOF_BUDGET_S))
+            verdicts.setdefault(h.transactional_id, []).append(v)
+            where = f"{s.topic}[{s.partition}]@{s.first_offset}: {v.reason}"
+            if v.fate is not Fate.COMMITTED:
+                why.setdefault(h.transactional_id, where)
+            if v.fate is Fate.ABORTED:
+                aborted.setdefault(txn_key(h), where)
+    return HoldEvidence({t: (proof_of(vs), why.get(t, "")) for t, vs in verdicts.items()},
+                        aborted)
 
 
 # Per batch, its visible handles and the latest first offset of their spans per partition. A
@@ -190,13 +251,17 @@ def _latest_first_offsets(batch: BatchState) -> dict[TopicPartition, int]:
 
 def _judge_and_release(call: Door,
                        suspects: Sequence[tuple[str, Handle]], report: StrandedReport,
-                       wait_ms: int, grace_ms: int, clock: Callable[[], float]) -> None:
-    verdicts, stuck = _observe(call.control, suspects, wait_ms, grace_ms, clock)
+                       wait_ms: int, grace_ms: int, clock: Callable[[], float],
+                       patient: Collection[str] | None) -> None:
+    released = {t: hold.released for t, hold in call.state.stranded.items()}
+    verdicts, stuck = _observe(call.control, suspects, released, wait_ms, grace_ms, clock,
+                               patient)
     for b, h in suspects:
         v = verdicts[txn_key(h)]
         if v.fate is not StrandedFate.SETTLED:
             report.notes.append(StrandedNote(b, h.transactional_id, v.fate, v.reason, tuple(
-                (s.topic, s.partition) for s in stuck[txn_key(h)])))
+                (s.topic, s.partition) for s in stuck[txn_key(h)]), v.end_at))
+    _finish_releases(call, report)
     to_release: dict[str, set[TopicPartition]] = {}
     pids: dict[str, int] = {}
     for n in report.notes:
@@ -215,8 +280,33 @@ def _judge_and_release(call: Door,
         report.releases[tid] = call.release(tid, sorted(tps), producer_id=pids[tid])
 
 
-def _observe(control: ControlClient, suspects: Sequence[tuple[str, Handle]], wait_ms: int,
-             grace_ms: int, clock: Callable[[], float]
+def _finish_releases(call: Door, report: StrandedReport) -> None:
+    """Commit our own releases that were cut short before their EndTxn (verdicts.judge, FINISH),
+    at the epoch the coordinator shows, after a record naming them: never a new release, whose
+    InitProducerId would abort them and the committed records with them."""
+    finish = {n.transactional_id: n for n in report.notes if n.fate is StrandedFate.FINISH}
+    if not finish:
+        return
+    call.append(Released(tuple(sorted({n.batch for n in finish.values()})), tuple(sorted(finish)),
+                         tuple((t, topic, p) for t, n in sorted(finish.items())
+                               for topic, p in sorted(n.partitions))))
+    requests = []
+    for tid, n in sorted(finish.items()):
+        assert n.end_at is not None
+        requests.append(EndTxnRequest(tid, n.end_at[0], n.end_at[1], True))
+    answers = call.end_txns(requests)
+    for r in requests:
+        a = answers.get(r.transactional_id)
+        error = None if a is not None and a.committed else (
+            "no answer" if a is None else a.error or a.kind.value)
+        report.releases[r.transactional_id] = ReleaseResult(
+            r.transactional_id, r.producer_id, r.epoch, finish[r.transactional_id].partitions,
+            error, "end_txn" if error else "")
+
+
+def _observe(control: ControlClient, suspects: Sequence[tuple[str, Handle]],
+             released: Mapping[str, frozenset[TopicPartition]], wait_ms: int,
+             grace_ms: int, clock: Callable[[], float], patient: Collection[str] | None
              ) -> tuple[dict[TxnKey, StrandedVerdict], dict[TxnKey, list[PartitionSpan]]]:
     """Ask until every suspect is settled or proven stranded twice, `grace_ms` apart, or until
     `wait_ms` ran out (then what is still waiting is reported as such)."""
@@ -228,11 +318,14 @@ def _observe(control: ControlClient, suspects: Sequence[tuple[str, Handle]], wai
         # The coordinator first: once it shows a completed state, every marker was acknowledged,
         # so a partition still held open after that lost its marker.
         desc = control.describe_transactions(sorted({h.transactional_id for _, h in suspects}))
+        # A partition whose leader is down is retried only within what is left of the wait: it
+        # stays unreadable (never settled), and held.
+        budget = max(0.5, wait_ms / 1000 - (now - start))
         lso = control.last_stable_offsets(sorted({(s.topic, s.partition)
-                                                  for _, h in suspects for s in h.spans}))
+                                                  for _, h in suspects for s in h.spans}), budget)
         held = sorted({(s.topic, s.partition) for _, h in suspects for s in h.spans
                        if maybe_held(s, lso)})
-        states = control.describe_producers(held) if held else {}
+        states = control.describe_producers(held, budget) if held else {}
         open_at: dict[TopicPartition, list[tuple[int, int]]] = {
             tp: [(a.producer_id, a.current_txn_start_offset) for a in state.producers]
             for tp, state in states.items() if not state.error_code}
@@ -245,15 +338,17 @@ def _observe(control: ControlClient, suspects: Sequence[tuple[str, Handle]], wai
             k = txn_key(h)
             stuck[k] = stuck_spans(h, lso, open_at)
             verdicts[k] = judge(h, desc.get(h.transactional_id), stuck[k],
-                                unreadable_spans(h, lso, errors))
+                                unreadable_spans(h, lso, errors),
+                                released.get(h.transactional_id, frozenset()))
         pending = False
+        waits_for = {txn_key(h) for b, h in suspects if patient is None or b in patient}
         for k, v in verdicts.items():
             if v.fate is StrandedFate.RELEASE:
                 first_release.setdefault(k, now)
                 pending |= now - first_release[k] < grace_ms / 1000
             else:
                 first_release.pop(k, None)
-                pending |= v.fate is StrandedFate.WAIT
+                pending |= v.fate is StrandedFate.WAIT and k in waits_for
         out_of_time = now - start >= wait_ms / 1000
         if not pending or out_of_time:
             for k, v in verdicts.items():

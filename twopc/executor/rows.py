@@ -5,6 +5,8 @@ hot path directly; mappings go through `fields_of`, which is strict about names:
 ("header") would otherwise drop data without a word. `Columns` is a block of rows given by column
 (value and key only, the writer's default topic): the columnar path from Arrow, with no object per
 row; it writes exactly the records the equivalent `Row`s would, with the same checksum.
+
+Design: docs/design.md section 2.
 """
 
 from __future__ import annotations

@@ -13,6 +13,8 @@ sequence once, in order).
 The partitions come from the transaction coordinator (DescribeTransactions), not from the producer:
 both sides must then agree on the total, which `read_spans` leaves to its caller to compare with the
 rows it produced.
+
+Design: docs/design.md section 2.
 """
 
 from __future__ import annotations

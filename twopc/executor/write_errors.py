@@ -3,6 +3,8 @@ the transaction was aborted, or it was never this task's to end) and what to cha
 
 Apart from the writer so that a caller (a Spark task, a test, an operator's tool) can tell them
 apart without importing the producer.
+
+Design: docs/design.md section 2.
 """
 
 from __future__ import annotations
@@ -71,6 +73,24 @@ class ProducerError(WriteError):
 
 class SpanError(WriteError):
     """A partition leader could not say what the transaction wrote there; it was aborted."""
+
+
+class EpochWithoutHeadroom(WriteError):
+    """The transaction's epoch is too near the end of its producer id's epochs for a release of a
+    commit whose markers a broker dropped (docs/design.md section 8): it was aborted, not
+    pre-committed. The task fails; its retry finds the id near the end and rotates it first."""
+
+    def __init__(self, transactional_id: str, producer_id: int, epoch: int, highest: int) -> None:
+        self.transactional_id = transactional_id
+        self.producer_id = producer_id
+        self.epoch = epoch
+        super().__init__(
+            f"transactional id {transactional_id!r}: the transaction has producer id "
+            f"{producer_id} epoch {epoch}, above {highest}, the highest a pre-committed "
+            "transaction may have (the epochs above are kept for releasing a commit whose "
+            "markers a broker dropped); another process moved the id after the writer checked "
+            "it. The transaction was aborted; nothing of this task is visible, and Spark's "
+            "retry rotates the id's producer id first")
 
 
 class IdentificationError(WriteError):

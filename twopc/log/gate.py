@@ -10,7 +10,7 @@ from twopc.errors import NoFreeSlot
 from twopc.log.jobs import batch_state
 from twopc.log.session import Session, check_binding
 from twopc.protocol.owner import Owner
-from twopc.protocol.pool import choose_slot
+from twopc.protocol.pool import choose_slot, transactional_id
 from twopc.protocol.state import BatchStatus, LogState
 
 
@@ -33,7 +33,11 @@ class Gate:
         in_use = state.in_use() if state is not None else {}
         slot = choose_slot(self.owner.prefix, task_partition, attempt, slots, in_use)
         if slot is None:
-            raise NoFreeSlot(task_partition, slots, in_use)
+            # Name the holders of this partition's pool only: the log's other ids in use are
+            # other partitions' and change nothing here.
+            pool = {transactional_id(self.owner.prefix, task_partition, s) for s in range(slots)}
+            raise NoFreeSlot(task_partition, slots,
+                             {t: why for t, why in in_use.items() if t in pool})
         return slot
 
     def _read(self, batch: str) -> tuple[bool, LogState | None]:

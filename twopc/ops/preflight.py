@@ -6,6 +6,8 @@ probe transactional id of the prefix; the topic's authorized operations from Met
 acks is what librdkafka accepts for the producer the writer makes; the in-sync replicas are the live ones
 of each partition (Metadata), not only the topic's settings. The decisions on what was found are pure
 functions (`producer_acks`, `in_sync_replicas`, `kip939`).
+
+Design: docs/design.md section 7.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from twopc.control import (
     ControlError,
     TlsError,
 )
+from twopc.control.oauth import OAuthTokenError, librdkafka_config
 
 CONNECTION = "connection"
 TRANSACTION_LOG = "__transaction_state"
@@ -56,8 +59,22 @@ def run_preflight(
     """Every item; or, if the cluster cannot be reached at all (a wrong CA, wrong credentials, no
     broker at the address), only the `connection` item saying why and what to change."""
     items: list[CheckItem] = []
-    admin = AdminClient({**config, "log_level": 3})
-    with ControlClient(config) as control:
+    try:
+        control = ControlClient(config)
+    except ConfigError as exc:  # a setting twopc's control client refuses (GSSAPI, HOST, port)
+        return [CheckItem(CONNECTION, Status.FAIL, str(exc), "fix the setting it names "
+                          "(--bootstrap-servers, -X or --command-config)")]
+    try:
+        admin = AdminClient({**librdkafka_config(config), "log_level": 3})
+    except OAuthTokenError as exc:  # the token provider failed, or its token has expired
+        control.close()
+        return [_oauth_failure(exc)]
+    except (KafkaException, ValueError, TypeError) as exc:  # librdkafka refuses a setting
+        control.close()
+        return [CheckItem(CONNECTION, Status.FAIL, f"librdkafka refuses the client settings: "
+                          f"{_kafka_text(exc)}", "fix or remove the -X setting it names "
+                          "(librdkafka's names: docs.confluent.io, CONFIGURATION.md)")]
+    with control:
         unreachable = _connection(control)
         if unreachable is not None:
             return [unreachable]
@@ -79,12 +96,27 @@ def run_preflight(
     return items
 
 
+def _kafka_text(exc: BaseException) -> str:
+    """The message of a confluent-kafka error (its KafkaError's str), else the exception's."""
+    err = exc.args[0] if exc.args else None
+    text = getattr(err, "str", None)
+    return str(text()) if callable(text) else str(exc)
+
+
+def _oauth_failure(exc: OAuthTokenError) -> CheckItem:
+    return CheckItem(CONNECTION, Status.FAIL, str(exc),
+                     f"fix the OAUTHBEARER token source {exc.setting} (-X or --command-config), "
+                     "or the brokers' expected audience and issuer")
+
+
 def _connection(control: ControlClient) -> CheckItem | None:
     """None once a broker answered ApiVersions; else why not, and what to change."""
     try:
         control.api_versions()
     except TlsError as exc:
         return CheckItem(CONNECTION, Status.FAIL, str(exc), exc.advice)
+    except OAuthTokenError as exc:
+        return _oauth_failure(exc)
     except AuthenticationError as exc:
         return CheckItem(CONNECTION, Status.FAIL, str(exc),
                          "check sasl.mechanism, sasl.username and sasl.password (-X)")

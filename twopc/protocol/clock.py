@@ -19,6 +19,8 @@ _log = logging.getLogger(__name__)
 # A writer's reading beyond what its coordinator allows by less than this is rounding or clock
 # jitter, not worth a warning (the bound applies all the same).
 CLOCK_TOLERANCE_MS = 1000
+# Time a transaction must have left at the intent, unless twopc.commitMarginMs says otherwise.
+DEFAULT_MARGIN_MS = 5000
 
 
 @dataclass(frozen=True)

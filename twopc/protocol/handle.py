@@ -2,6 +2,8 @@
 
 Handles travel in Spark's commit messages (pickle) and in the checkpoint log (msgpack), so they are
 small frozen dataclasses with an explicit, versioned plain-data form: the log outlives code versions.
+
+Design: docs/design.md section 2.
 """
 
 from __future__ import annotations
@@ -9,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
+
+from twopc.protocol import plain as pd
 
 
 class HandleFormatError(ValueError):
@@ -42,17 +46,17 @@ class PartitionSpan:
     @classmethod
     def from_obj(cls, obj: Any) -> PartitionSpan:
         try:
-            topic, partition, first, last, count, topic_id = obj
+            topic, partition, first, last, count, topic_id = pd.row(obj, "partition span", 6)
             return cls(
-                str(topic),
-                int(partition),
-                int(first),
-                None if last is None else int(last),
-                int(count),
-                None if topic_id is None else str(topic_id),
+                pd.text(topic, "span topic"),
+                pd.integer(partition, "span partition", 0, pd.INT32_MAX),
+                pd.integer(first, "span first offset"),
+                pd.opt_integer(last, "span last offset"),
+                pd.integer(count, "span record count"),
+                pd.opt_text(topic_id, "span topic id"),
             )
-        except (TypeError, ValueError) as exc:
-            raise HandleFormatError(f"bad partition span {obj!r}: {exc}") from exc
+        except ValueError as exc:
+            raise HandleFormatError(f"bad partition span {obj!r:.200}: {exc}") from exc
 
 
 @dataclass(frozen=True)
@@ -98,25 +102,30 @@ class Handle:
 
     @classmethod
     def from_obj(cls, obj: Any) -> Handle:
-        if not isinstance(obj, dict) or obj.get("v") != 1:
+        if not isinstance(obj, dict) or type(obj.get("v")) is not int or obj.get("v") != 1:
             raise HandleFormatError(f"unknown handle format {obj!r:.200}")
         try:
+            def get(key: str) -> Any:
+                return pd.field(obj, key, f"handle field {key!r}")
+
             return cls(
-                transactional_id=str(obj["tid"]),
-                producer_id=int(obj["pid"]),
-                epoch=int(obj["epoch"]),
-                spans=tuple(PartitionSpan.from_obj(s) for s in obj["spans"]),
-                record_count=int(obj["n"]),
-                checksum=str(obj["sum"]),
-                start_ms=int(obj["start"]),
-                timeout_ms=int(obj["timeout"]),
-                task_partition=int(obj["p"]),
-                attempt=int(obj["a"]),
-                writer_clock_ms=int(obj["clock"]),
-                writer_host=None if obj.get("host") is None else str(obj["host"]),
-                writer_elapsed_ms=None if obj.get("elapsed") is None else int(obj["elapsed"]),
+                transactional_id=pd.text(get("tid"), "transactional id (tid)"),
+                producer_id=pd.integer(get("pid"), "producer id (pid)"),
+                epoch=pd.integer(get("epoch"), "epoch", 0, pd.INT16_MAX),
+                spans=tuple(PartitionSpan.from_obj(s) for s in pd.items(get("spans"), "spans")),
+                record_count=pd.integer(get("n"), "record count (n)"),
+                checksum=pd.text(get("sum"), "checksum (sum)"),
+                start_ms=pd.integer(get("start"), "start time (start)"),
+                timeout_ms=pd.integer(get("timeout"), "timeout", 1, pd.INT32_MAX),
+                task_partition=pd.integer(get("p"), "Spark partition (p)", 0, pd.INT32_MAX),
+                attempt=pd.integer(get("a"), "attempt (a)", 0, pd.INT32_MAX),
+                writer_clock_ms=pd.integer(get("clock"), "writer clock (clock)", pd.INT64_MIN),
+                writer_host=pd.opt_text(obj.get("host"), "writer host (host)"),
+                writer_elapsed_ms=pd.opt_integer(obj.get("elapsed"), "writer elapsed (elapsed)"),
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except ValueError as exc:
+            if isinstance(exc, HandleFormatError):
+                raise
             raise HandleFormatError(f"bad handle {obj!r:.200}: {exc}") from exc
 
     @property
@@ -155,13 +164,18 @@ class WriteResult:
     @classmethod
     def from_obj(cls, obj: Any) -> WriteResult:
         try:
+            obj = pd.mapping(obj, "write result")
+            handle = obj.get("handle")
             return cls(
-                ResultKind(obj["kind"]),
-                str(obj["batch"]),
-                int(obj["p"]),
-                int(obj["a"]),
-                Handle.from_obj(obj["handle"]) if obj.get("handle") else None,
-                int(obj.get("rows", 0)),
+                ResultKind(pd.text(pd.field(obj, "kind", "kind"), "kind")),
+                pd.text(pd.field(obj, "batch", "batch"), "batch"),
+                pd.integer(pd.field(obj, "p", "Spark partition (p)"), "Spark partition (p)", 0,
+                           pd.INT32_MAX),
+                pd.integer(pd.field(obj, "a", "attempt (a)"), "attempt (a)", 0, pd.INT32_MAX),
+                None if handle is None else Handle.from_obj(handle),
+                pd.integer(obj.get("rows", 0), "rows"),
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except ValueError as exc:
+            if isinstance(exc, HandleFormatError):
+                raise
             raise HandleFormatError(f"bad write result {obj!r:.200}: {exc}") from exc

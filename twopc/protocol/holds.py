@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from twopc.protocol.enums import TextEnum
 from twopc.protocol.handle import Handle, PartitionSpan
 from twopc.protocol.log_records import Stranded
 from twopc.protocol.state import BatchState, BatchStatus, LogState, txn_key
+from twopc.protocol.verdicts import Fate, Verdict
 
 TopicPartition = tuple[str, int]
 
@@ -65,23 +67,52 @@ def to_check(batches: Iterable[BatchState], only: Iterable[str] | None,
                  or any(h.transactional_id in ids for h in b.committed.values()))]
 
 
+class HoldProof(TextEnum):
+    """What the log itself says of a held id's committed records, span by span (log checks)."""
+
+    COMMITTED = "committed"  # every span ended committed: the hold may go
+    ABORTED = "aborted"  # a span ended aborted: committed records are lost (loud)
+    UNPROVEN = "unproven"  # not stable yet, or the log cannot tell: the hold stays
+
+
+def proof_of(verdicts: Iterable[Verdict]) -> HoldProof:
+    """One held id's proof from the log checks of every span of its visible handles."""
+    fates = [v.fate for v in verdicts]
+    if Fate.ABORTED in fates:
+        return HoldProof.ABORTED
+    if fates and all(f is Fate.COMMITTED for f in fates):
+        return HoldProof.COMMITTED
+    return HoldProof.UNPROVEN
+
+
+def to_prove(state: LogState, checked: Iterable[Handle],
+             unreleased: Mapping[str, tuple[str, str]]) -> tuple[str, ...]:
+    """The held ids this check found holding nothing open: a hold goes only once the log proves
+    each of their spans ended committed (`hold_changes`)."""
+    looked = {txn_key(h) for h in checked}
+    visible = committed_handles(state.batches.values())
+    return tuple(sorted(
+        t for t in state.stranded if t not in unreleased
+        and all(txn_key(h) in looked for _, h in visible if h.transactional_id == t)))
+
+
 def hold_changes(state: LogState, checked: Iterable[Handle],
-                 unreleased: Mapping[str, tuple[str, str]]) -> Stranded | None:
+                 unreleased: Mapping[str, tuple[str, str]],
+                 proofs: Mapping[str, HoldProof]) -> Stranded | None:
     """The `stranded` record a check must leave, or None if the holds stand as they are.
 
     `unreleased` maps each id the check found still holding partitions open (not released) to
     (batch, reason): held from now on. An id held before is cleared once the check looked at every
-    visible handle on it (`checked`) and found none left open.
+    visible handle on it (`checked`), found none left open, and the log proved every span of
+    them committed (`proofs`, from `to_prove`): a hold that ended any other way (a release cut
+    short and then aborted by its timeout, an operator's abort) is never cleared silently.
     """
     if not unreleased and not state.stranded:
         return None  # nothing held before, nothing found: the usual case after a commit
-    looked = {txn_key(h) for h in checked}
-    visible = committed_handles(state.batches.values())
     held = tuple(sorted((b, t, why) for t, (b, why) in unreleased.items()
                         if t not in state.stranded))
-    cleared = tuple(sorted(
-        t for t in state.stranded if t not in unreleased
-        and all(txn_key(h) in looked for _, h in visible if h.transactional_id == t)))
+    cleared = tuple(t for t in to_prove(state, checked, unreleased)
+                    if proofs.get(t) is HoldProof.COMMITTED)
     return Stranded(held, cleared) if held or cleared else None
 
 

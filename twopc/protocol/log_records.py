@@ -9,6 +9,8 @@ each ``committed``/``partial``/``aborted`` ends exactly the open intent it claim
 Body versions: 1 for every kind; 2 only for a ``prepared`` record that carries source offsets
 (twopc.commitSourceOffsets), so that code which does not know them refuses such a log instead of
 rolling it forward without them. Both are read.
+
+Design: docs/design.md section 6.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from twopc.protocol import plain as pd
 from twopc.protocol.handle import Handle, HandleFormatError
 from twopc.protocol.offsets import SourceOffsets
 from twopc.protocol.owner import Owner, OwnerKind
@@ -96,7 +99,9 @@ class Orphans:
 
 @dataclass(frozen=True)
 class RollForward:
-    """Recovery is about to commit these open handles of recorded intents (names them first)."""
+    """Recovery is about to commit these open handles of recorded intents (names them first), and
+    the source offsets of recorded batches without records in transactions of their own on these
+    ids (source_offsets.py `commit_alone`)."""
 
     ids: tuple[str, ...]
 
@@ -132,6 +137,23 @@ class Stranded:
 
 
 @dataclass(frozen=True)
+class Lease:
+    """A run of batch job ``job`` holds its family's log (the jobs of one prefix share it) until
+    ``until_ms`` on its driver's wall clock: no other job of the family may start meanwhile, since
+    its recovery would settle or fence what this run has not recorded yet (docs/design.md section
+    5). A run renews it with another record; ``until_ms`` 0 ends it (as does a ``committed``
+    record of ``job``). ``run`` tells runs of one job apart; ``since_ms`` and ``holder`` (host and
+    process) are for the refusal's message.
+    """
+
+    job: str
+    run: str
+    until_ms: int
+    since_ms: int
+    holder: str
+
+
+@dataclass(frozen=True)
 class Resolved:
     """The operator's explicit decision for a stuck batch ("committed" or "aborted")."""
 
@@ -141,7 +163,7 @@ class Resolved:
 
 
 BatchRecord = Prepared | Committed | Partial | Aborted | Duplicates | Resolved
-LogRecord = BatchRecord | Orphans | RollForward | Released | Stranded
+LogRecord = BatchRecord | Orphans | RollForward | Released | Stranded | Lease
 
 RESOLVE_COMMITTED = "committed"  # keep what is visible; the re-run writes nothing more
 RESOLVE_ABORTED = "aborted"  # treat as not committed; the re-run writes the whole batch again
@@ -183,6 +205,10 @@ def to_body(record: LogRecord) -> dict[str, Any]:
     elif isinstance(record, Stranded):
         body = {"kind": "stranded", "held": [[b, t, why] for b, t, why in record.held],
                 "cleared": _ids(record.cleared)}
+    elif isinstance(record, Lease):
+        body = {"kind": "lease", "job": record.job, "run": record.run,
+                "until_ms": int(record.until_ms), "since_ms": int(record.since_ms),
+                "holder": record.holder}
     else:
         body = {"kind": "resolved", "batch": record.batch, "decision": record.decision,
                 "note": record.note}
@@ -191,51 +217,60 @@ def to_body(record: LogRecord) -> dict[str, Any]:
 
 
 def from_body(body: dict[str, Any]) -> LogRecord:
-    """Read a stored body back; RecordFormatError for anything not written by this format."""
-    version = body.get("v")
-    if version not in _READS:
-        raise RecordFormatError(f"record format version {version!r}, this code reads {_READS}")
+    """Read a stored body back; RecordFormatError for anything not written by this format: every
+    field must hold exactly the type and range its writer puts there (twopc/plain.py)."""
+    try:
+        version = pd.version(body.get("v"), _READS, "record format version")
+    except ValueError as exc:
+        raise RecordFormatError(str(exc)) from exc
     kind = body.get("kind")
     if version == VERSION_OFFSETS and kind != "prepared":
-        raise RecordFormatError(f"a {kind} record of format {version}: only prepared has one")
+        raise RecordFormatError(f"a {kind!r:.40} record of format {version}: only prepared has one")
+
+    def get(key: str) -> Any:
+        return pd.field(body, key, f"field {key!r}")
+
     try:
         if kind == "prepared":
             offsets = body.get("offsets") if version == VERSION_OFFSETS else None
             if version == VERSION_OFFSETS and offsets is None:
                 raise RecordFormatError("a prepared record of format 2 without source offsets")
-            return Prepared(str(body["batch"]), _handles(body["handles"]),
+            return Prepared(_batch(get("batch")), _handles(get("handles")),
                             None if offsets is None else SourceOffsets.from_obj(offsets))
         if kind == "committed":
-            return Committed(str(body["batch"]), _opt_int(body["intent"]), _tuple(body["losers"]))
+            return Committed(_batch(get("batch")), _opt_int(get("intent")), _tuple(get("losers")))
         if kind == "partial":
-            return Partial(str(body["batch"]), int(body["intent"]), _tuple(body["committed"]),
-                           _tuple(body["aborted"]))
+            return Partial(_batch(get("batch")), _seq(get("intent")), _tuple(get("committed")),
+                           _tuple(get("aborted")))
         if kind == "aborted":
-            return Aborted(str(body["batch"]), _handles(body["handles"]), str(body["reason"]),
-                           _opt_int(body["intent"]))
+            return Aborted(_batch(get("batch")), _handles(get("handles")),
+                           pd.text(get("reason"), "reason"), _opt_int(get("intent")))
         if kind == "duplicates":
-            return Duplicates(str(body["batch"]), _tuple(body["ids"]))
+            return Duplicates(_batch(get("batch")), _tuple(get("ids")))
         if kind == "orphans":
-            return Orphans(_tuple(body["ids"]))
+            return Orphans(_tuple(get("ids")))
         if kind == "rollforward":
-            return RollForward(_tuple(body["ids"]))
+            return RollForward(_tuple(get("ids")))
         if kind == "released":
-            return Released(_tuple(body["batches"]), _tuple(body["ids"]),
-                            tuple((str(t), str(topic), int(p))
-                                  for t, topic, p in body["partitions"]))
+            return Released(_tuple(get("batches"), "batches"), _tuple(get("ids")),
+                            tuple(_released(p) for p in pd.items(get("partitions"), "partitions")))
         if kind == "stranded":
-            return Stranded(tuple((str(b), str(t), str(why)) for b, t, why in body["held"]),
-                            _tuple(body["cleared"]))
+            return Stranded(tuple(_held(h) for h in pd.items(get("held"), "held")),
+                            _tuple(get("cleared")))
+        if kind == "lease":
+            return Lease(pd.text(get("job"), "job"), pd.text(get("run"), "run"),
+                         pd.integer(get("until_ms"), "until_ms"),
+                         pd.integer(get("since_ms"), "since_ms"), pd.text(get("holder"), "holder"))
         if kind == "resolved":
-            decision = str(body["decision"])
+            decision = pd.text(get("decision"), "decision")
             if decision not in DECISIONS:
-                raise RecordFormatError(f"unknown resolution {decision!r}")
-            return Resolved(str(body["batch"]), decision, str(body["note"]))
-    except (KeyError, TypeError, ValueError, HandleFormatError) as exc:
+                raise RecordFormatError(f"unknown resolution {decision!r:.40}")
+            return Resolved(_batch(get("batch")), decision, pd.text(get("note"), "note"))
+    except (ValueError, HandleFormatError) as exc:
         if isinstance(exc, RecordFormatError):
             raise
         raise RecordFormatError(f"bad {kind} record: {exc}") from exc
-    raise RecordFormatError(f"unknown record kind {kind!r}")
+    raise RecordFormatError(f"unknown record kind {kind!r:.60}")
 
 
 def binding_body(owner: Owner) -> dict[str, Any]:
@@ -245,27 +280,54 @@ def binding_body(owner: Owner) -> dict[str, Any]:
 
 
 def binding_from_body(body: dict[str, Any]) -> Owner:
-    if body.get("kind") != "binding" or body.get("v") != VERSION:
+    if body.get("kind") != "binding" or type(body.get("v")) is not int or body.get("v") != VERSION:
         raise RecordFormatError(f"not a binding of format {VERSION}: {body!r:.200}")
     try:
-        return Owner(OwnerKind(str(body["owner_kind"])), str(body["owner_id"]), str(body["prefix"]))
-    except KeyError as exc:
-        raise RecordFormatError(f"bad binding: missing {exc}") from exc
+        kind = pd.text(pd.field(body, "owner_kind", "owner_kind"), "owner_kind")
+        if kind not in {k.value for k in OwnerKind}:
+            raise RecordFormatError(f"bad binding: owner_kind {kind!r:.40} is not query or job")
+        return Owner(OwnerKind(kind), _name(pd.field(body, "owner_id", "owner_id"), "owner_id"),
+                     _name(pd.field(body, "prefix", "prefix"), "prefix"))
     except ValueError as exc:
+        if isinstance(exc, RecordFormatError):
+            raise
         raise RecordFormatError(f"bad binding: {exc}") from exc
 
 
+def _name(raw: Any, what: str) -> str:
+    value = pd.text(raw, what)
+    if not value:
+        raise pd.PlainDataError(f"{what} is empty")
+    return value
+
+
+def _batch(raw: Any) -> str:
+    return pd.text(raw, "batch")
+
+
+def _seq(raw: Any) -> int:
+    return pd.integer(raw, "intent record number (intent)")
+
+
+def _released(raw: Any) -> tuple[str, str, int]:
+    tid, topic, partition = pd.row(raw, "released partition", 3)
+    return (pd.text(tid, "released transactional id"), pd.text(topic, "released topic"),
+            pd.integer(partition, "released partition", 0, pd.INT32_MAX))
+
+
+def _held(raw: Any) -> tuple[str, str, str]:
+    batch, tid, why = pd.row(raw, "held entry", 3)
+    return (pd.text(batch, "held batch"), pd.text(tid, "held transactional id"),
+            pd.text(why, "held reason"))
+
+
 def _handles(raw: Any) -> tuple[Handle, ...]:
-    if not isinstance(raw, list):
-        raise RecordFormatError(f"handles must be a list, got {type(raw).__name__}")
-    return tuple(Handle.from_obj(h) for h in raw)
+    return tuple(Handle.from_obj(h) for h in pd.items(raw, "handles"))
 
 
-def _tuple(raw: Any) -> tuple[str, ...]:
-    if not isinstance(raw, list):
-        raise RecordFormatError(f"ids must be a list, got {type(raw).__name__}")
-    return tuple(str(v) for v in raw)
+def _tuple(raw: Any, what: str = "transactional ids") -> tuple[str, ...]:
+    return tuple(pd.text(v, f"an entry of {what}") for v in pd.items(raw, what))
 
 
 def _opt_int(raw: Any) -> int | None:
-    return None if raw is None else int(raw)
+    return None if raw is None else _seq(raw)

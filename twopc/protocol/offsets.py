@@ -12,11 +12,14 @@ the coordinator commits last (coordinator.py commits the first alone, then the m
 last; recovery commits carriers after the rest), so the group's offsets move with the batch's last
 records, never before the others. The intent names the carrier and the offsets.
 
-A batch whose partitions are all empty has no transaction: its intent carries the offsets without
-a carrier and they are committed with a plain OffsetCommit after the intent (there is no record
-they could appear before); recovery repeats that commit for such an intent (it is idempotent).
+A batch whose partitions are all empty has no transaction of its own: its intent names the offsets
+and an id of their own (`alone_id`) as their carrier, and after the intent the driver commits them in a
+transaction of their own on that id (twopc/driver/source_offsets.py `commit_alone`, which says why
+not a plain OffsetCommit: a late copy of one could move the group back); recovery does it again for
+such an intent left without outcome. Intents written before that name no carrier: recovery
+chooses the id then, and names it in its own record first.
 
-Pure except `attach` and `commit_plain`, which only ask the broker and classify its answers.
+Pure; the requests are in twopc/driver/source_offsets.py.
 """
 
 from __future__ import annotations
@@ -28,7 +31,10 @@ from typing import TYPE_CHECKING, Any
 
 from twopc.control.errors import error_name
 from twopc.errors import TwopcError
+from twopc.protocol import plain as pd
+from twopc.protocol.enums import TextEnum
 from twopc.protocol.handle import Handle
+from twopc.protocol.verdicts import Fate
 
 if TYPE_CHECKING:
     pass
@@ -60,8 +66,10 @@ class SourceOffsetsRefused(SourceOffsetsError):
 class SourceOffsets:
     """The end offsets of a micro-batch per source partition, for consumer group `group`.
 
-    `carrier`: the transactional id whose transaction carries them (recorded in the intent); None
-    before one is chosen, and for a batch without transactions (committed plainly)."""
+    `carrier`: the transactional id whose transaction carries them (recorded in the intent): one
+    of the batch's, or for a batch without records the id of their own transaction (`alone_id`).
+    None before one is chosen (and in intents of batches without records written before issue
+    30, item 6, committed with a plain OffsetCommit)."""
 
     group: str
     offsets: tuple[TopicOffset, ...]
@@ -90,12 +98,16 @@ class SourceOffsets:
 
     @classmethod
     def from_obj(cls, obj: Any) -> SourceOffsets:
-        if not isinstance(obj, dict):
-            raise ValueError(f"source offsets must be a map, got {obj!r:.200}")
-        carrier = obj.get("carrier")
-        return cls(str(obj["group"]),
-                   tuple((str(t), int(p), int(o)) for t, p, o in obj["offsets"]),
-                   None if carrier is None else str(carrier))
+        """Read stored offsets back strictly (twopc/plain.py); ValueError names the field."""
+        obj = pd.mapping(obj, "source offsets")
+        rows = []
+        for raw in pd.items(pd.field(obj, "offsets", "source offsets' offsets"), "offsets"):
+            topic, partition, offset = pd.row(raw, "source offset", 3)
+            rows.append((pd.text(topic, "source topic"),
+                         pd.integer(partition, "source partition", 0, pd.INT32_MAX),
+                         pd.integer(offset, "source offset")))
+        return cls(pd.text(pd.field(obj, "group", "source offsets' group"), "group"), tuple(rows),
+                   pd.opt_text(obj.get("carrier"), "carrier"))
 
 
 def normalized(group: str, offsets: Iterable[TopicOffset]) -> SourceOffsets:
@@ -172,6 +184,38 @@ def carrier_of(handles: Sequence[Handle]) -> Handle | None:
     (coordinator.py `_end_in_order`), so the offsets never become visible before the rest of the
     batch. None: the batch has no transaction."""
     return handles[-1] if handles else None
+
+
+class CarrierAction(TextEnum):
+    COMMIT = "commit"  # every other transaction of the batch is proven committed
+    FENCE = "fence"  # another was aborted: the group must not move past its source records
+    WAIT = "wait"  # another is not proven either way: leave the carrier open, nothing guessed
+
+
+def carrier_action(others: Iterable[Fate]) -> CarrierAction:
+    """What to do with an open carrier, given the fates of the batch's other transactions.
+
+    The carrier moves the group past the batch's source records; a consumer failing over from
+    the group then skips them. So it commits only once every other transaction of the batch is
+    proven committed; if one was aborted (the earliest tasks' transactions time out first), the
+    carrier is fenced and the offsets move only with the repair that makes every record visible.
+    """
+    fates = list(others)
+    if any(f is Fate.ABORTED for f in fates):
+        return CarrierAction.FENCE
+    if all(f is Fate.COMMITTED for f in fates):
+        return CarrierAction.COMMIT
+    return CarrierAction.WAIT
+
+
+def alone_id(prefix: str) -> str:
+    """The id whose transaction carries the offsets of a batch without records: `{prefix}-offsets`,
+    outside the tasks' pools. A driver that was paused may still send its InitProducerId on this id
+    after another driver moved on (source_offsets.py `commit_alone` then finds the log moved and
+    stops); on a pool id that request could abort a later batch's pre-committed task transaction,
+    here it can at most abort another offsets-only transaction in flight, whose intent stays open
+    and is done again."""
+    return f"{prefix}-offsets"
 
 
 def needs_offsets(recorded: SourceOffsets | None, visible_ids: Iterable[str]) -> bool:

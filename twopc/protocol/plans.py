@@ -5,6 +5,7 @@
     abort(b, handles) ──plan_abort──> roll the open intent forward first?, the handles to fence
     the pool's open ids ──unnamed_open──> the orphans every `committed` record names, then fenced
     a batch job's state + the job-id index ──job_state──> committed if either says so
+    a job family's lease + a job about to start ──blocking_lease──> the run that refuses it, if any
     the log ──plan_purge──> the new low-water mark, and the committed jobs to index before it moves
 
 docs/design.md sections 2, 4, 5 and 6; tested in tests/protocol/test_decisions.py.
@@ -19,7 +20,14 @@ from twopc.errors import PartitionLoss
 from twopc.protocol.enums import TextEnum
 from twopc.protocol.handle import Handle
 from twopc.protocol.pool import in_pool
-from twopc.protocol.state import BatchState, BatchStatus, LogState, by_partition, same_txn
+from twopc.protocol.state import (
+    BatchState,
+    BatchStatus,
+    JobLease,
+    LogState,
+    by_partition,
+    same_txn,
+)
 
 
 class CommitAction(TextEnum):
@@ -109,6 +117,16 @@ def job_state(state: BatchState, indexed: bool) -> BatchState:
     return state
 
 
+def blocking_lease(lease: JobLease | None, job: str, now_ms: int) -> JobLease | None:
+    """The run that refuses batch job `job` a start now: a live lease of another job of the family
+    (docs/design.md section 5). A run of the same job takes the lease over instead: it writes the
+    same job, and the log decides between two such runs (one commits, the other finds the job
+    committed), as after a crash, whose re-run must not wait for the dead run's lease to end."""
+    if lease is None or lease.job == job or not lease.live(now_ms):
+        return None
+    return lease
+
+
 @dataclass(frozen=True)
 class PurgePlan:
     below: int  # the new low-water mark
@@ -131,13 +149,16 @@ def plan_purge(state: LogState, retain_batches: int, mark: int, *, jobs: bool) -
 def purge_below(state: LogState, retain_batches: int) -> int | None:
     """The low-water mark that keeps every unfinished batch and the last `retain_batches` finished
     ones whole (a re-run of a recent batch must still find it committed), and every stranded
-    hold with the batches it names (a later check needs their handles). None: nothing to purge."""
+    hold with the batches it names (a later check needs their handles), and the record of a job
+    family's lease that no later record ended. None: nothing to purge."""
     if state.last_seq < 0:
         return None
     unfinished = [b.first_seq for b in state.batches.values() if not b.finished]
     for hold in state.stranded.values():
         unfinished.append(hold.seq)
         unfinished += [state.batches[b].first_seq for b in hold.batches if b in state.batches]
+    if state.lease is not None:  # held, or expired without an end: a later run's record ends it
+        unfinished.append(state.lease.seq)
     finished = sorted((b for b in state.batches.values() if b.finished), key=lambda b: b.last_seq)
     kept = [b.first_seq for b in finished[-retain_batches:]] if retain_batches > 0 else []
     below = min([*unfinished, *kept, state.last_seq])

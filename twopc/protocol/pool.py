@@ -4,6 +4,8 @@ A Spark partition `p` writes under one of a few slots, so the broker keeps a bou
 per query or job, and concurrent attempts of one partition never share one (they would fence each
 other). Recovery fences the pool's open transactions that no record names: it must tell the pool's
 ids exactly, so that a prefix `q1` never claims the ids of `q10`.
+
+Design: docs/design.md section 5.
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ from twopc.protocol.log_records import (
     Aborted,
     Committed,
     Duplicates,
+    Lease,
     LogRecord,
     Orphans,
     Partial,
@@ -81,6 +82,28 @@ class StrandedHold:
     batches: tuple[str, ...]  # whose committed handles hold the id
     seq: int  # the first record holding it (purge keeps it, and those batches, in the log)
     reason: str
+    # The partitions a recorded release of the id added to its transaction: a transaction of the
+    # id open on exactly those is that release, cut short before its EndTxn (verdicts.judge).
+    released: frozenset[tuple[str, int]] = frozenset()
+
+
+@dataclass(frozen=True)
+class JobLease:
+    """The run of a batch job that holds its family's log (a `lease` record, docs/design.md
+    section 5), until `until_ms` on its driver's clock. Ended by a `lease` record of the same run
+    with `until_ms` 0 (the run's release, after everything its commit sends), or by its expiry. Not
+    by the job's `committed` record: the run still fences the orphans that record names, and a
+    next job let in before then could have its own transaction on such an id fenced."""
+
+    job: str
+    run: str
+    until_ms: int
+    since_ms: int
+    holder: str
+    seq: int  # its record (the purge keeps it while it holds)
+
+    def live(self, now_ms: int) -> bool:
+        return now_ms < self.until_ms
 
 
 @dataclass(frozen=True)
@@ -88,6 +111,7 @@ class LogState:
     batches: Mapping[str, BatchState]
     last_seq: int  # -1 for an empty log
     stranded: Mapping[str, StrandedHold] = field(default_factory=dict)  # by transactional id
+    lease: JobLease | None = None  # the batch job run holding the family's log (jobs only)
 
     def batch(self, batch: str) -> BatchState:
         return self.batches.get(batch) or BatchState(batch)
@@ -98,8 +122,8 @@ class LogState:
         out = {t: f"a committed transaction of batch {', '.join(h.batches)} still holds "
                   f"partitions open ({h.reason})" for t, h in self.stranded.items()}
         for b in self.pending:
-            for h in b.intent:
-                out[h.transactional_id] = f"named by the pending intent of batch {b.batch}"
+            for tid in intent_ids(b):
+                out[tid] = f"named by the pending intent of batch {b.batch}"
         return out
 
     @property
@@ -109,7 +133,16 @@ class LogState:
                             key=lambda b: b.intent_seq or 0))
 
     def pending_ids(self) -> frozenset[str]:
-        return frozenset(h.transactional_id for b in self.pending for h in b.intent)
+        return frozenset(tid for b in self.pending for tid in intent_ids(b))
+
+
+def intent_ids(b: BatchState) -> tuple[str, ...]:
+    """The ids a batch's intent names: its handles', or, for a batch without records, the id of
+    its source offsets' own transaction (their carrier)."""
+    if b.intent:
+        return tuple(h.transactional_id for h in b.intent)
+    carrier = b.offsets.carrier if b.offsets is not None else None
+    return () if carrier is None else (carrier,)
 
 
 def fold(records: Iterable[tuple[int, LogRecord]], url: str = "", start_seq: int = 0,
@@ -121,12 +154,18 @@ def fold(records: Iterable[tuple[int, LogRecord]], url: str = "", start_seq: int
     """
     batches: dict[str, BatchState] = dict(after.batches) if after is not None else {}
     holds: dict[str, StrandedHold] = dict(after.stranded) if after is not None else {}
+    lease = after.lease if after is not None else None
     last = after.last_seq if after is not None else start_seq - 1
     for seq, rec in records:
         last = seq
+        if isinstance(rec, Lease):
+            lease = _next_lease(lease, rec, seq)
+            continue
         if isinstance(rec, Released):
             for tid in rec.ids:
-                _hold(holds, tid, rec.batches, seq, "its release was recorded, not confirmed")
+                parts = frozenset((topic, p) for t, topic, p in rec.partitions if t == tid)
+                _hold(holds, tid, rec.batches, seq, "its release was recorded, not confirmed",
+                      parts)
             continue
         if isinstance(rec, Stranded):
             for tid in rec.cleared:
@@ -138,16 +177,24 @@ def fold(records: Iterable[tuple[int, LogRecord]], url: str = "", start_seq: int
             continue
         cur = batches.get(rec.batch) or BatchState(rec.batch, first_seq=seq)
         batches[rec.batch] = replace(_step(cur, seq, rec, url, start_seq), last_seq=seq)
-    return LogState(batches, last, holds)
+    return LogState(batches, last, holds, lease)
+
+
+def _next_lease(cur: JobLease | None, rec: Lease, seq: int) -> JobLease | None:
+    """A `lease` record taken, renewed or ended (`until_ms` 0: only by the run holding it)."""
+    if rec.until_ms <= 0:
+        return None if cur is None or cur.run == rec.run else cur
+    return JobLease(rec.job, rec.run, rec.until_ms, rec.since_ms, rec.holder, seq)
 
 
 def _hold(holds: dict[str, StrandedHold], tid: str, batches: Sequence[str], seq: int,
-          reason: str) -> None:
+          reason: str, released: frozenset[tuple[str, int]] = frozenset()) -> None:
     old = holds.get(tid)
     if old is not None:
         batches = (*old.batches, *batches)
         seq = min(seq, old.seq)
-    holds[tid] = StrandedHold(tid, tuple(sorted(set(batches))), seq, reason)
+        released = old.released | released
+    holds[tid] = StrandedHold(tid, tuple(sorted(set(batches))), seq, reason, released)
 
 
 class Step(enum.Enum):

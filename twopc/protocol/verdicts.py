@@ -110,6 +110,7 @@ class StrandedFate(TextEnum):
     WAIT = "wait"  # the markers may still be on their way: ask again (bounded)
     RELEASE = "release"  # the coordinator is done, the partitions are not: release them
     LIVE_WRITER = "live_writer"  # the id is open again with a newer epoch: never touched
+    FINISH = "finish"  # our own release, cut short before its EndTxn: commit it (`end_at`)
     CANNOT = "cannot"  # this id cannot end it (another producer id, unknown id, contradiction)
 
 
@@ -117,13 +118,26 @@ class StrandedFate(TextEnum):
 class StrandedVerdict:
     fate: StrandedFate
     reason: str = ""
+    end_at: tuple[int, int] | None = None  # FINISH: the (producer id, epoch) to commit at
 
 
 def judge(handle: Handle, desc: TransactionDescription | None,
-          stuck: Sequence[PartitionSpan], unreadable: Sequence[str] = ()) -> StrandedVerdict:
+          stuck: Sequence[PartitionSpan], unreadable: Sequence[str] = (),
+          released: frozenset[tuple[str, int]] = frozenset()) -> StrandedVerdict:
     """What to do with a committed handle whose `stuck` spans are still held open by its own
     producer id, given what the coordinator says of its transactional id now. `unreadable`
-    (spans that may be held open but could not be read, with why) is never settled."""
+    (spans that may be held open but could not be read, with why) is never settled. `released`:
+    the partitions a recorded release of the id added (`StrandedHold.released`).
+
+    A release is InitProducerId (epoch e+1), AddPartitionsToTxn of the stuck partitions, EndTxn.
+    Cut short before its EndTxn (lost, retries spent, the driver killed), the id is Ongoing at a
+    newer epoch of the same producer id on exactly released partitions: that is our release, and
+    only its commit saves the records (its timeout or any fence writes ABORT markers of the
+    producer id there, which end the committed records as aborted). No task takes a held id, so
+    no live writer can hold it that way."""
+    half_done = half_done_release(handle, desc, released)
+    if half_done is not None:
+        return half_done
     if unreadable:
         return StrandedVerdict(StrandedFate.WAIT, "cannot tell whether it holds partitions open: "
                                + "; ".join(unreadable))
@@ -156,4 +170,20 @@ def judge(handle: Handle, desc: TransactionDescription | None,
                                f"shows {desc.state.value} (epoch {desc.producer_epoch})")
     return StrandedVerdict(StrandedFate.CANNOT, f"the coordinator shows {desc.state.value} with "
                            f"epoch {desc.producer_epoch} for a committed transaction")
+
+
+def half_done_release(handle: Handle, desc: TransactionDescription | None,
+                      released: frozenset[tuple[str, int]]) -> StrandedVerdict | None:
+    """FINISH if the coordinator shows our recorded release of the handle's id open: the same
+    producer id at a newer epoch, Ongoing on released partitions only. Else None."""
+    if desc is None or not released or desc.state is not S.ONGOING:
+        return None
+    if desc.producer_id != handle.producer_id or desc.producer_epoch <= handle.epoch:
+        return None
+    if not desc.partitions or not set(desc.partitions) <= released:
+        return None
+    where = ", ".join(f"{t}[{p}]" for t, p in sorted(desc.partitions))
+    return StrandedVerdict(StrandedFate.FINISH, f"the recorded release of {where} is open at "
+                           f"epoch {desc.producer_epoch}, cut short before its EndTxn",
+                           (desc.producer_id, desc.producer_epoch))
 

@@ -3,6 +3,8 @@ their WriteResults come back to this driver process, and the coordinator runs he
 
 Unlike the data source, the driver keeps its Python process for the whole call, so the results need
 no detour through Spark's commit messages.
+
+Design: docs/design.md section 7.
 """
 
 from __future__ import annotations

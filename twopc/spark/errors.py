@@ -1,7 +1,11 @@
-"""Errors of the Spark integration: each names the problem and what to change."""
+"""Errors of the Spark integration: each names the problem and what to change.
+
+Design: docs/design.md section 7.
+"""
 
 from __future__ import annotations
 
+from checkpoint.redact import redact_url
 from twopc.errors import TwopcError
 
 
@@ -11,6 +15,11 @@ class SparkSinkError(TwopcError):
 
 class OptionError(SparkSinkError, ValueError):
     """An option is missing, unknown or malformed."""
+
+
+class TriggerIntervalError(OptionError):
+    """The query's trigger interval (twopc.triggerIntervalMs, or the trigger Spark runs the query
+    with) is too long for the transaction timeout."""
 
 
 class InputSchemaError(SparkSinkError, ValueError):
@@ -25,3 +34,15 @@ class MissingQueryIdentity(SparkSinkError):
     """A streaming write without a Spark checkpoint location: twopc cannot tell one query from another."""
 
 
+
+
+class JournalError(SparkSinkError, ValueError):
+    """A file of the observe journal (`<twopc.checkpoint>/observe/`) is not what twopc writes there:
+    it is a hint for people, never read by the protocol; the message names the file."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        path = redact_url(path)
+        self.path = path
+        super().__init__(f"journal file {path} is unreadable ({reason}): it only holds figures "
+                         "for people, nothing of the protocol; delete it (the next commit writes "
+                         "it again) or ignore this")

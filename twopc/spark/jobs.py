@@ -1,6 +1,8 @@
 """`write_exactly_once(df, job_id, options)`: a batch job written exactly once, without a format name.
 
 A re-run under the same job id (after a crash, or by mistake) writes nothing and says so in the report.
+
+Design: docs/design.md section 7.
 """
 
 from __future__ import annotations
@@ -11,7 +13,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from twopc.spark.collect import write_tasks
-from twopc.spark.driver import abort_batch, job_owner, prepare, report_recovery
+from twopc.spark.driver import (
+    abort_batch,
+    job_owner,
+    new_run,
+    prepare,
+    release_lease,
+    report_recovery,
+    settle_failed_commit,
+)
 from twopc.spark.options import JOB_ID, parse_options
 from twopc.spark.reuse import driver_side
 from twopc.spark.schema import check_schema
@@ -39,6 +49,8 @@ class JobReport:
     # "repaired" (the part an earlier, partly committed run had not made visible), "empty" (no
     # rows), "already_committed" (by an earlier or a concurrent run: nothing of this run is visible).
     status: str
+    # What else happened, e.g. that another driver finished committing this run's transactions.
+    note: str = ""
 
     @property
     def skipped(self) -> bool:
@@ -46,6 +58,9 @@ class JobReport:
         return self.status == ALREADY_COMMITTED
 
     def __str__(self) -> str:
+        return self._text() + (f" ({self.note})" if self.note else "")
+
+    def _text(self) -> str:
         if self.skipped:
             return (f"job {self.job_id} was already committed (by an earlier or a concurrent run): "
                     "nothing of this run is visible")
@@ -63,7 +78,8 @@ def job_report(job_id: str, commit: CommitReport, results: Sequence[WriteResult]
     visible partition, or of a job another run committed first, was fenced, not committed)."""
     committed = set(commit.committed)
     mine = [r for r in results if r.handle is not None and r.handle.transactional_id in committed]
-    return JobReport(job_id, sum(r.rows for r in mine), len(mine), commit.status)
+    return JobReport(job_id, sum(r.rows for r in mine), len(mine), commit.status,
+                     "; ".join(commit.notes))
 
 
 def write_exactly_once(
@@ -77,19 +93,29 @@ def write_exactly_once(
     config = parse_options({**merged, JOB_ID: job_id}, streaming=False)
     check_schema(df.schema, config.topic)
     owner = job_owner(config)
-    if prepare(config, owner, job_id):
+    run = new_run()
+    # JobFamilyBusy if another job of the family runs (twopc/driver/lease.py).
+    if prepare(config, owner, job_id, run):
         report = JobReport(job_id, 0, 0, ALREADY_COMMITTED)
         _log.warning("twopc: %s", report)
         return report
     with driver_side(config, owner) as side:
         try:
-            results = write_tasks(df, config, owner, job_id)
+            with side.leases.kept(job_id, run, config.job_lease_ms):
+                results = write_tasks(df, config, owner, job_id)
         except BaseException:
             # Tasks that wrote before the job failed left open transactions: fence them now, so that
             # they do not hold read_committed consumers back until they time out.
-            abort_batch(config, owner, job_id, [])
+            abort_batch(config, owner, job_id, [], run=run)
             raise
-        committed_report = side.coordinator.commit(job_id, results)
+        try:
+            committed_report = side.coordinator.commit(job_id, results)
+        except BaseException as exc:
+            # Whatever failed, nothing may stay open until the timeout: settle the job (its
+            # intent, if recorded, is rolled forward), then raise with a note of the outcome.
+            settle_failed_commit(config, owner, job_id, results, exc, run)
+            raise
+    release_lease(config, owner, run)
     report_recovery(config, owner, committed_report.recovery, "commit")
     report = job_report(job_id, committed_report, results)
     if report.skipped:

@@ -14,17 +14,21 @@ the driver:
 These files are hints for people, never read by the protocol: written without fsync, replaced
 whole, and the batch files are pruned to the last ``KEEP_BATCHES``. A failure to write one is logged
 and ignored (the commit has happened; losing a figure must not fail the batch).
+
+Design: docs/design.md section 7.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from collections.abc import Mapping
 from typing import Any
 
 from twopc.driver import observe
+from twopc.spark.errors import JournalError
 
 _log = logging.getLogger(__name__)
 
@@ -77,14 +81,19 @@ class Journal:
         self._store.put(name, json.dumps(doc, sort_keys=True).encode(), durable=False)
 
     def _get(self, name: str) -> dict[str, Any] | None:
+        """The document, None if there is none; JournalError for one twopc did not write."""
         data = self._store.get(name)
         if data is None:
             return None
+        where = f"{self.url}/{name}"
         try:
             doc = json.loads(data)
-        except ValueError:
-            return None
-        return doc if isinstance(doc, dict) and doc.get("format") == FORMAT else None
+        except ValueError as exc:
+            raise JournalError(where, f"not JSON: {exc}") from exc
+        problem = _shape_problem(doc, name != RECOVERY)
+        if problem is not None or not isinstance(doc, dict):
+            raise JournalError(where, problem or "not an object")
+        return doc
 
     # --- writers (driver-side workers) ---------------------------------------------------
 
@@ -106,6 +115,36 @@ class Journal:
 
     def read_recovery(self) -> dict[str, Any] | None:
         return self._get(RECOVERY)
+
+
+def _number(value: Any) -> bool:
+    return type(value) in (int, float) and math.isfinite(value)
+
+
+def _shape_problem(doc: Any, batch: bool) -> str | None:
+    """What is wrong with a journal document (None: it is as batch_entry/recovery_entry write)."""
+    if not isinstance(doc, dict):
+        return f"a {type(doc).__name__}, not an object"
+    if doc.get("format") != FORMAT or type(doc.get("format")) is not int:
+        return f"format {doc.get('format')!r:.20}, this code reads {FORMAT}"
+    if type(doc.get("at_ms")) is not int or not isinstance(doc.get("owner_id"), str):
+        return "no at_ms (int) or owner_id (string)"
+    recovery = doc.get("recovery")
+    if recovery is not None and not isinstance(recovery, dict):
+        return "recovery is not an object"
+    if not batch:
+        return None if isinstance(recovery, dict) else "no recovery object"
+    figures, metrics = doc.get("figures"), doc.get("metrics", {})
+    if not isinstance(figures, dict) or not isinstance(metrics, dict):
+        return "figures or metrics is not an object"
+    if not _number(figures.get("commit_latency_ms")):
+        return "figures.commit_latency_ms is not a number"
+    ratio = figures.get("oldest_txn_age_ratio")
+    if ratio is not None and not _number(ratio):
+        return "figures.oldest_txn_age_ratio is not a number"
+    if not all(_number(v) for v in metrics.values()):
+        return "a metric is not a number"
+    return None
 
 
 class _quiet:

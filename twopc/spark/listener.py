@@ -12,6 +12,11 @@ there when Spark posts the batch's progress event; this listener reads them ther
 ones, and logs one JSON line per batch on logger ``twopc.spark.listener`` (INFO), and one per
 recovery that acted (WARNING). It never raises into Spark: a figure it cannot read is logged and
 skipped.
+
+With the option ``twopc.metricsPort``, the listener also serves the metrics exporter in the driver
+process (twopc/spark/metrics.py): ``GET http://driver:PORT/metrics``, until `stop_metrics()`.
+
+Design: docs/design.md section 7.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.streaming.listener import (
     QueryIdleEvent,
@@ -33,8 +38,12 @@ from pyspark.sql.streaming.listener import (
     StreamingQueryListener,
 )
 
+from checkpoint.redact import redact_url
 from twopc.spark.journal import Journal
 from twopc.spark.options import parse_options
+
+if TYPE_CHECKING:
+    from twopc.ops.metrics import MetricsServer
 
 LOGGER_NAME = "twopc.spark.listener"
 _log = logging.getLogger(LOGGER_NAME)
@@ -74,6 +83,18 @@ class TwopcProgressListener(StreamingQueryListener):
         self._created_ms = time.time_ns() // 1_000_000
         self._last_recovery_at = self._created_ms
         self._last_batch: dict[str, int] = {}
+        self.metrics: MetricsServer | None = None
+        if config.metrics_port is not None:
+            # Imported here: the executors import twopc.spark and never serve metrics.
+            from twopc.spark.metrics import start_metrics
+
+            self.metrics = start_metrics(config)
+
+    def stop_metrics(self) -> None:
+        """Stop serving the metrics (twopc.metricsPort); the listener goes on reporting."""
+        if self.metrics is not None:
+            self.metrics.stop()
+            self.metrics = None
 
     # --- what users read -----------------------------------------------------------------
 
@@ -142,7 +163,7 @@ class TwopcProgressListener(StreamingQueryListener):
         if entry is None or entry.get("owner_id") != query_id:
             if entry is None and not quiet_if_missing:
                 _log.debug("twopc listener: no figures for batch %s of query %s in %s",
-                           batch_id, query_id, self._journal.url)
+                           batch_id, query_id, redact_url(self._journal.url))
             return None
         recovery = self._report_recovery(query_id)
         if recovery is None and entry.get("recovery") and entry["recovery"].get("acted"):

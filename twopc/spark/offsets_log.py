@@ -4,6 +4,8 @@ Spark writes `<checkpointLocation>/offsets/<batchId>` before the batch's tasks r
 query re-runs a batch with that same file: so the commit call of batch b (and its re-run) reads
 exactly the offsets the batch's records came from. The parsing is pure (twopc/driver/source_offsets.py);
 this module only finds and reads the file.
+
+Design: docs/design.md section 7.
 """
 
 from __future__ import annotations

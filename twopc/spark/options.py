@@ -3,17 +3,23 @@
 Option names follow Spark's built-in Kafka sink (`topic`, `kafka.*`) plus twopc's own `twopc.*` ones.
 Spark hands a Python data source its options with lower-cased keys, so every name here is matched
 case-insensitively; values keep their case (passwords, URLs).
+
+Design: docs/design.md section 7.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from checkpoint.redact import redacted_repr
+from twopc.protocol.clock import DEFAULT_MARGIN_MS
 from twopc.spark.errors import OptionError
+from twopc.spark.jvm_options import librdkafka_settings
 
 KAFKA_PREFIX = "kafka."
 STORAGE_PREFIX = "twopc.storage."
@@ -29,6 +35,13 @@ STORAGE_OPTIONS = "twopc.storageOptions"
 UNCONDITIONAL = "twopc.allowUnconditionalCreate"
 RATE_LIMITED = "twopc.sourceRateLimited"
 SOURCE_OFFSETS = "twopc.commitSourceOffsets"
+# "module:function" returning (token, expiry) for sasl.mechanism=OAUTHBEARER, on the driver and
+# every executor (twopc/control/oauth.py); it travels in the producer config as
+# twopc.oauth.token.provider, which librdkafka never sees.
+OAUTH_TOKEN_PROVIDER = "twopc.oauthTokenProvider"
+METRICS_PORT = "twopc.metricsPort"
+JOB_LEASE = "twopc.jobLeaseMs"
+TRIGGER = "twopc.triggerIntervalMs"
 TOPIC = "topic"
 SPARK_CHECKPOINT = "checkpointLocation"
 # Spark adds this for every streaming sink; it is not ours to validate beyond reading it.
@@ -36,9 +49,20 @@ _SPARK_OWNED = ("path",)
 
 DEFAULT_TIMEOUT_MS = 60_000
 DEFAULT_SLOTS = 8
-# librdkafka refuses a transaction.timeout.ms below 1000.
+# How long a batch job's claim on its family's log lasts unless renewed (twopc/driver/lease.py).
+DEFAULT_JOB_LEASE_MS = 30 * 60_000
+# librdkafka refuses a transaction.timeout.ms below 1000; above a signed 32-bit int it would
+# reach librdkafka (and the broker's InitProducerId) as a negative number.
 MIN_TIMEOUT_MS = 1_000
+MAX_TIMEOUT_MS = 2**31 - 1
+# Each slot is a transactional id per Spark partition that the brokers keep state for, and each
+# task scans its pool: a few are enough (docs/design.md section 5).
+MAX_SLOTS = 1024
+_INT_RE = re.compile(r"^[+-]?[0-9]+$")
+# Namespaces whose near misses are refused (a misspelt twopc.* or kafka.* option would be ignored).
+_NAMESPACES = ("twopc", "kafka")
 _PREFIX_RE = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
+_TOPIC_RE = re.compile(r"^(?!\.{1,2}$)[A-Za-z0-9._-]{1,249}$")  # Kafka's own rule
 _JOB_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,200}$")
 
 # Producer settings twopc must own: changing them would break the protocol.
@@ -55,7 +79,8 @@ _KNOWN = {
     name.lower(): name
     for name in (
         CHECKPOINT, PREFIX, TIMEOUT, JOB_ID, SLOTS, MARGIN, BUDGET, STORAGE_OPTIONS, UNCONDITIONAL,
-        RATE_LIMITED, SOURCE_OFFSETS, TOPIC, SPARK_CHECKPOINT,
+        RATE_LIMITED, SOURCE_OFFSETS, OAUTH_TOKEN_PROVIDER, METRICS_PORT, JOB_LEASE, TRIGGER, TOPIC,
+        SPARK_CHECKPOINT,
     )
 }
 
@@ -79,6 +104,17 @@ class SinkConfig:
     spark_checkpoint: str | None = None
     # Consumer group that gets each micro-batch's source offsets in the batch's transactions.
     source_offsets_group: str | None = None
+    # Where TwopcProgressListener serves the metrics exporter in the driver (0: any free port).
+    metrics_port: int | None = None
+    # A batch job's lease on its family's log: how long it lasts unless renewed.
+    job_lease_ms: int = DEFAULT_JOB_LEASE_MS
+    # The query's processing-time trigger interval, as the user states it (a Python data source
+    # cannot see the query's trigger): checked against the timeout at start (option_checks.py).
+    trigger_interval_ms: int | None = None
+
+    def __repr__(self) -> str:
+        # kafka.sasl.password, ssl.key.password, OAuth client secrets, storage secrets: masked.
+        return redacted_repr(self)
 
     def control_config(self) -> dict[str, str]:
         """The control client reads the same librdkafka-style keys (it ignores producer-only ones)."""
@@ -88,17 +124,70 @@ class SinkConfig:
         return replace(self, job_id=_check_job_id(job_id))
 
 
-def _int(options: Mapping[str, str], name: str, default: int | None, minimum: int) -> int | None:
+def _int(options: Mapping[str, str], name: str, default: int | None, minimum: int,
+         maximum: int) -> int | None:
     raw = options.get(name.lower())
     if raw is None:
         return default
-    try:
-        value = int(str(raw).strip())
-    except ValueError:
-        raise OptionError(f"option {name} must be an integer, got {raw!r}") from None
+    text = str(raw).strip()
+    if not _INT_RE.match(text) or len(text) > 20:
+        raise OptionError(f"option {name} must be an integer, got {str(raw)[:40]!r}")
+    value = int(text)
     if value < minimum:
         raise OptionError(f"option {name} must be at least {minimum}, got {value}")
+    if value > maximum:
+        raise OptionError(f"option {name} must be at most {maximum}, got {value}")
     return value
+
+
+def _check_timing(timeout: int, margin: int | None, budget: int | None) -> None:
+    """The commit margin must leave time to write, the task budget time to commit."""
+    if margin is not None and margin >= timeout:
+        raise OptionError(
+            f"option {MARGIN}={margin} must be below {TIMEOUT} ({timeout}): a transaction is "
+            "committed only with more than the margin left before its timeout, so every batch "
+            "would fail after writing; lower the margin or raise the timeout")
+    if margin is None and timeout <= DEFAULT_MARGIN_MS:
+        raise OptionError(
+            f"option {TIMEOUT}={timeout} leaves no time above the default {MARGIN} of "
+            f"{DEFAULT_MARGIN_MS} ms: every batch would fail after writing; set {MARGIN} below "
+            f"{timeout} or raise the timeout")
+    left = timeout - (DEFAULT_MARGIN_MS if margin is None else margin)
+    if budget is not None and budget > left:
+        raise OptionError(
+            f"option {BUDGET}={budget} must be at most {TIMEOUT} - {MARGIN} = {left} ms: a task "
+            "that writes longer leaves its transaction too little time to be committed; lower "
+            "the budget")
+
+
+def _check_checkpoint(checkpoint: str) -> None:
+    """An absolute path or URL: a relative one resolves against each process's working
+    directory, so the driver and the executors could read and write different logs."""
+    scheme, sep, rest = checkpoint.partition("://")
+    absolute = rest.startswith("/") if sep and scheme.lower() == "file" else \
+        bool(sep) or checkpoint.startswith("/")
+    if not absolute:
+        raise OptionError(
+            f"option {CHECKPOINT}={checkpoint!r} must be an absolute path or URL (/data/chk/q, "
+            "file:///data/chk/q, s3://bucket/chk/q): a relative path resolves against each "
+            "process's working directory, so the driver and the executors could use different "
+            "logs")
+
+
+def _near_miss(low: str) -> str | None:
+    """The option `low` was probably meant to be, if it looks like a misspelt twopc or kafka
+    option; None for options that are not ours (Spark's own, such as queryName)."""
+    close = difflib.get_close_matches(low.strip(), list(_KNOWN), n=1, cutoff=0.85)
+    if close:
+        return _KNOWN[close[0]]
+    namespace = re.split(r"[.]", low.strip(), maxsplit=1)[0]
+    for ns in _NAMESPACES:
+        if namespace != ns and (namespace.startswith(ns) or difflib.SequenceMatcher(
+                None, namespace, ns).ratio() >= 0.75):
+            rest = low.strip()[len(namespace):].lstrip("._-")
+            guess = difflib.get_close_matches(f"{ns}.{rest}", list(_KNOWN), n=1, cutoff=0.6)
+            return _KNOWN[guess[0]] if guess else f"{ns}.{rest}"
+    return None
 
 
 def _bool(options: Mapping[str, str], name: str) -> bool:
@@ -123,9 +212,11 @@ def _storage_options(options: Mapping[str, str]) -> dict[str, Any]:
         try:
             parsed = json.loads(raw) if isinstance(raw, str) else raw
         except json.JSONDecodeError as exc:
-            raise OptionError(f"option {STORAGE_OPTIONS} must be a JSON object: {exc}") from None
+            raise OptionError(f"option {STORAGE_OPTIONS} must be a JSON object of fsspec storage "
+                              f"options: {exc.msg} at character {exc.pos}") from None
         if not isinstance(parsed, dict):
-            raise OptionError(f"option {STORAGE_OPTIONS} must be a JSON object, got {raw!r}")
+            raise OptionError(f"option {STORAGE_OPTIONS} must be a JSON object of fsspec storage "
+                              f"options, got a {type(parsed).__name__}")
         result.update(parsed)
     for key, value in options.items():
         if key.startswith(STORAGE_PREFIX):
@@ -148,13 +239,33 @@ def parse_options(options: Mapping[str, Any], *, streaming: bool) -> SinkConfig:
             continue
         if low.startswith("twopc."):
             names = ", ".join(sorted(_KNOWN.values()))
-            raise OptionError(f"unknown option {low!r}; twopc's options are: {names}")
+            guess = difflib.get_close_matches(low, list(_KNOWN), n=1, cutoff=0.6)
+            hint = f"did you mean {_KNOWN[guess[0]]}? " if guess else ""
+            raise OptionError(f"unknown option {low!r}; {hint}twopc's options are: {names}")
+        meant = _near_miss(low)
+        if meant is not None:
+            raise OptionError(f"unknown option {low!r}: did you mean {meant}? A misspelt option "
+                              "would be ignored; use the exact name (twopc.* options are "
+                              "twopc's, kafka.* options go to the producer)")
         # Other options (Spark's own, such as queryName) are not ours: leave them alone.
 
     producer = {k[len(KAFKA_PREFIX):]: str(v) for k, v in lowered.items() if k.startswith(KAFKA_PREFIX)}
+    # Spark's format("kafka") options are the Java producer's: read them as librdkafka's.
+    producer = librdkafka_settings(producer)
     for key, why in _FORBIDDEN_KAFKA.items():
         if key in producer:
             raise OptionError(f"option kafka.{key} is not allowed: {why}")
+    provider = lowered.get(OAUTH_TOKEN_PROVIDER.lower())
+    if provider is not None:
+        from twopc.control.oauth import TOKEN_PROVIDER_KEY
+
+        if str(producer.get("sasl.mechanism", producer.get("sasl.mechanisms", ""))).upper() \
+                != "OAUTHBEARER":
+            raise OptionError(f"option {OAUTH_TOKEN_PROVIDER} needs kafka.sasl.mechanism=OAUTHBEARER")
+        producer[TOKEN_PROVIDER_KEY] = str(provider).strip()
+    if "oauth_cb" in producer:
+        raise OptionError(f"option kafka.oauth_cb cannot be a string: use {OAUTH_TOKEN_PROVIDER}="
+                          "module:function")
     if not producer.get("bootstrap.servers"):
         raise OptionError("option kafka.bootstrap.servers is required (the Kafka cluster to write to)")
 
@@ -164,6 +275,7 @@ def parse_options(options: Mapping[str, Any], *, streaming: bool) -> SinkConfig:
             f"option {CHECKPOINT} is required: a durable fsspec URL (file:///..., s3://...) where twopc "
             "keeps its commit log; it must outlive restarts and be readable from the executors"
         )
+    _check_checkpoint(checkpoint)
     if checkpoint.startswith("memory://"):
         raise OptionError(
             f"option {CHECKPOINT}={checkpoint!r}: memory:// lives inside one process, but Spark's Python "
@@ -184,6 +296,9 @@ def parse_options(options: Mapping[str, Any], *, streaming: bool) -> SinkConfig:
     topic = lowered.get(TOPIC)
     if topic is not None and not str(topic).strip():
         raise OptionError("option topic is empty: give a topic name or leave the option out")
+    if topic is not None and not _TOPIC_RE.match(str(topic).strip()):
+        raise OptionError(f"option topic={str(topic)[:60]!r} is not a Kafka topic name: give 1-249 "
+                          "characters of letters, digits, '.', '_' or '-'")
 
     job_id = lowered.get(JOB_ID.lower())
     if streaming and job_id is not None:
@@ -203,10 +318,26 @@ def parse_options(options: Mapping[str, Any], *, streaming: bool) -> SinkConfig:
                 f"option {SOURCE_OFFSETS} is for streaming queries that read Spark's Kafka source "
                 "(the offsets come from the query's offsets log); remove it from a batch write")
 
-    timeout = _int(lowered, TIMEOUT, DEFAULT_TIMEOUT_MS, MIN_TIMEOUT_MS)
+    metrics_port = _int(lowered, METRICS_PORT, None, 0, 65535)
+    if metrics_port is not None and not streaming:
+        raise OptionError(
+            f"option {METRICS_PORT} is for streaming queries (TwopcProgressListener serves the "
+            "metrics in the driver); remove it from a batch write and run `twopc metrics` beside "
+            "the job instead")
+    trigger = _int(lowered, TRIGGER, None, 1, MAX_TIMEOUT_MS)
+    if trigger is not None and not streaming:
+        raise OptionError(f"option {TRIGGER} is for streaming queries (the interval of their "
+                          "processingTime trigger); remove it from a batch write")
+
+    timeout = _int(lowered, TIMEOUT, DEFAULT_TIMEOUT_MS, MIN_TIMEOUT_MS, MAX_TIMEOUT_MS)
     assert timeout is not None
-    slots = _int(lowered, SLOTS, DEFAULT_SLOTS, 2)
+    slots = _int(lowered, SLOTS, DEFAULT_SLOTS, 2, MAX_SLOTS)
     assert slots is not None
+    margin = _int(lowered, MARGIN, None, 0, MAX_TIMEOUT_MS)
+    budget = _int(lowered, BUDGET, None, 1, MAX_TIMEOUT_MS)
+    _check_timing(timeout, margin, budget)
+    job_lease = _int(lowered, JOB_LEASE, DEFAULT_JOB_LEASE_MS, 1_000, MAX_TIMEOUT_MS)
+    assert job_lease is not None
     return SinkConfig(
         producer_config=producer,
         checkpoint_url=checkpoint,
@@ -216,10 +347,13 @@ def parse_options(options: Mapping[str, Any], *, streaming: bool) -> SinkConfig:
         transaction_timeout_ms=timeout,
         slots=slots,
         job_id=None if job_id is None else _check_job_id(str(job_id).strip()),
-        margin_ms=_int(lowered, MARGIN, None, 0),
-        budget_ms=_int(lowered, BUDGET, None, 1),
+        margin_ms=margin,
+        budget_ms=budget,
         allow_unconditional_create=_bool(lowered, UNCONDITIONAL),
         source_rate_limited=_bool(lowered, RATE_LIMITED),
         spark_checkpoint=lowered.get(SPARK_CHECKPOINT.lower()),
         source_offsets_group=group,
+        metrics_port=metrics_port,
+        job_lease_ms=job_lease,
+        trigger_interval_ms=trigger,
     )

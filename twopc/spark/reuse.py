@@ -7,6 +7,8 @@ create (two writes and a delete), and a control client holds connections and cac
 and leaders: both are kept here for the next call of the same process. Only a speed-up: every call
 still reads the log afresh, a client that failed a call is closed and replaced, and a forked child
 never reuses its parent's client.
+
+Design: docs/design.md section 7.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ if TYPE_CHECKING:
     from twopc.control import ControlClient
     from twopc.driver.call import DriverSettings
     from twopc.driver.coordinator import Coordinator
+    from twopc.driver.lease import JobLeases
     from twopc.driver.recovery import Recovery
     from twopc.log.gate import Gate
     from twopc.protocol.owner import Owner
@@ -81,11 +84,13 @@ def release_client(config: SinkConfig, client: ControlClient, *, healthy: bool) 
 @dataclass(frozen=True)
 class DriverSide:
     """What one driver-side call of a Spark entry point uses, over one log and one control
-    client: the commit and abort, the recovery, and the log's read-only gate."""
+    client: the commit and abort, the recovery, the log's read-only gate, and the lease of a
+    batch job family's log."""
 
     coordinator: Coordinator
     recovery: Recovery
     gate: Gate
+    leases: JobLeases
 
 
 def open_gate(config: SinkConfig, owner: Owner) -> Gate:
@@ -109,6 +114,7 @@ def driver_side(config: SinkConfig, owner: Owner) -> Iterator[DriverSide]:
     """The driver's tools for one call; its control client is kept for the next call of this
     process unless the call failed (then it is closed: its connections may be what failed)."""
     from twopc.driver.coordinator import Coordinator
+    from twopc.driver.lease import JobLeases
     from twopc.driver.recovery import Recovery
     from twopc.log.gate import Gate
 
@@ -118,7 +124,7 @@ def driver_side(config: SinkConfig, owner: Owner) -> Iterator[DriverSide]:
     healthy = False
     try:
         yield DriverSide(Coordinator(log, client, settings), Recovery(log, client, settings),
-                         Gate(log, owner))
+                         Gate(log, owner), JobLeases(log, settings))
         healthy = True
     finally:
         release_client(config, client, healthy=healthy)

@@ -1,8 +1,11 @@
 """The input schema of Spark's Kafka sink, checked on the driver, and Arrow batches turned into rows.
 
-Columns: `value` (string or binary, required), `key` (string or binary), `topic` (string),
-`partition` (int), `headers` (array of struct<key: string, value: binary or string>). Other columns
-are ignored, as Spark's own Kafka sink does.
+Columns: `value` (string or binary, required), `key` (string or binary), `topic` (string; the
+`topic` option overrides it, as in Spark's sink), `partition` (int), `headers` (array of
+struct<key: string, value: binary or string>). Other columns are ignored, as Spark's own Kafka sink
+does.
+
+Design: docs/design.md section 7.
 """
 
 from __future__ import annotations
@@ -143,7 +146,8 @@ def rows_from_batches(
         value_array = _find(batch, "value")
         if value_array is None:
             raise BadRowError("the input has no 'value' column")
-        if (default_topic is not None and _find(batch, "topic") is None
+        # The topic option overrides the topic column, as in Spark's Kafka sink.
+        if (default_topic is not None
                 and _find(batch, "partition") is None and _find(batch, "headers") is None):
             if value_array.null_count:
                 first_null = value_array.is_null().to_pylist().index(True)
@@ -169,7 +173,8 @@ def _rows_of(
     values = _column(batch, "value")
     assert values is not None
     keys = _column(batch, "key")
-    topics = _column(batch, "topic")
+    # The topic option overrides the topic column, as in Spark's Kafka sink.
+    topics = _column(batch, "topic") if default_topic is None else None
     partitions = _column(batch, "partition")
     headers = _column(batch, "headers")
     for i, raw in enumerate(values):
@@ -179,7 +184,7 @@ def _rows_of(
             raise _null_value(task_partition, start + i)
         topic = topics[i] if topics is not None and topics[i] is not None else default_topic
         if topic is None:
-            raise BadRowError(f"{where} has a null topic and no 'topic' option gives a default")
+            raise BadRowError(f"{where} has a null topic and no 'topic' option names one")
         row_headers: tuple[tuple[str, bytes | None], ...] = ()
         if headers is not None and headers[i]:
             row_headers = tuple((str(h["key"]), _as_bytes(h["value"])) for h in headers[i])

@@ -23,6 +23,7 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
+from checkpoint.redact import redact_url
 from twopc.driver.observe import show_in_worker_log
 from twopc.errors import QueryMismatch
 from twopc.protocol.handle import WriteResult
@@ -31,6 +32,7 @@ from twopc.spark.driver import (
     abort_batch,
     commit_batch,
     job_owner,
+    new_run,
     prepare,
     query_id_from_spark_checkpoint,
 )
@@ -91,11 +93,13 @@ def _constructed_for_commit() -> bool:
 
 
 class BatchWriter(DataSourceArrowWriter):
-    def __init__(self, config: SinkConfig, owner: Owner, job_id: str, already_committed: bool) -> None:
+    def __init__(self, config: SinkConfig, owner: Owner, job_id: str, already_committed: bool,
+                 run: str | None = None) -> None:
         self.config = config
         self.owner = owner
         self.batch = job_id
         self.already_committed = already_committed
+        self.run = run  # this run's lease on the family's log (twopc/driver/lease.py)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TaskMessage:
         partition, attempt = _task_identity()
@@ -108,11 +112,11 @@ class BatchWriter(DataSourceArrowWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         show_in_worker_log()
-        commit_batch(self.config, self.owner, self.batch, results_of(messages))
+        commit_batch(self.config, self.owner, self.batch, results_of(messages), self.run)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         show_in_worker_log()
-        abort_batch(self.config, self.owner, self.batch, results_of(messages))
+        abort_batch(self.config, self.owner, self.batch, results_of(messages), run=self.run)
 
 
 class StreamWriter(DataSourceStreamArrowWriter):
@@ -170,13 +174,17 @@ class Kafka2pcDataSource(DataSource):
             )
         check_schema(schema, config.topic)
         owner = job_owner(config)
-        committed = prepare(config, owner, config.job_id)
+        run = new_run()
+        # JobFamilyBusy if another job of the family runs (twopc/driver/lease.py). PySpark runs
+        # no driver-side Python through the job's tasks: the lease is taken once, for
+        # twopc.jobLeaseMs, and ended by the commit or the abort.
+        committed = prepare(config, owner, config.job_id, run)
         if committed:
             _log.warning(
                 "twopc: job %s is already committed in %s: this run writes nothing",
-                config.job_id, config.checkpoint_url,
+                config.job_id, redact_url(config.checkpoint_url),
             )
-        return BatchWriter(config, owner, config.job_id, committed)
+        return BatchWriter(config, owner, config.job_id, committed, None if committed else run)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> StreamWriter:
         show_in_worker_log()
