@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import os
 import random
 import ssl
 import struct
@@ -42,6 +41,7 @@ from twopc.control.oauth import MECHANISM as MECHANISM_OAUTHBEARER
 from twopc.control.protocol import Reader
 from twopc.control.scram import MECHANISMS as SCRAM_MECHANISMS
 from twopc.control.scram import ScramClient
+from twopc.control.tls import ca_context
 
 _SIZE = struct.Struct(">i")
 MAX_FRAME = 256 * 1024 * 1024
@@ -57,9 +57,7 @@ def ssl_context(settings: ClientSettings) -> ssl.SSLContext:
     certificate (ssl.certificate.location, ssl.key.location, ssl.key.password)."""
     ca = settings.ssl_ca_location if settings.ssl_ca_location != "probe" else None
     try:
-        ctx = ssl.create_default_context(
-            cafile=ca if ca and not os.path.isdir(ca) else None,
-            capath=ca if ca and os.path.isdir(ca) else None, cadata=settings.ssl_ca_pem)
+        ctx = ca_context(ca, settings.ssl_ca_pem)
     except (OSError, ssl.SSLError, ValueError) as exc:
         given = f"ssl.ca.location={ca}" if ca else "ssl.ca.pem"
         raise TlsError(f"cannot load the CA certificates of {given}: {exc}; give the PEM file of "

@@ -39,7 +39,6 @@ import base64
 import binascii
 import importlib
 import json
-import os
 import re
 import ssl
 import threading
@@ -53,6 +52,7 @@ from typing import Any
 
 from checkpoint.redact import redact_text, redact_url, redact_urls_in, redacted_repr
 from twopc.control.errors import AuthenticationError, ConfigError
+from twopc.control.tls import ca_context
 
 MECHANISM = "OAUTHBEARER"
 TOKEN_PROVIDER_KEY = "twopc.oauth.token.provider"
@@ -349,9 +349,7 @@ def _client_credentials(settings: OAuthSettings) -> Token:
     if settings.token_endpoint_url.startswith("https:"):
         ca = settings.https_ca_location if settings.https_ca_location != "probe" else None
         try:
-            context = ssl.create_default_context(
-                cafile=ca if ca and not os.path.isdir(ca) else None,
-                capath=ca if ca and os.path.isdir(ca) else None, cadata=settings.https_ca_pem)
+            context = ca_context(ca, settings.https_ca_pem)
         except (OSError, ssl.SSLError, ValueError) as exc:
             given = f"https.ca.location={ca}" if ca else "https.ca.pem"
             raise OAuthTokenError(f"cannot load the CA certificates of {given} for the token "
