@@ -26,6 +26,9 @@ _SECRET_WORDS = frozenset({
 })
 # Substrings that mark a key secret wherever they appear (clientSecret, aws_secret_access_key).
 _SECRET_PARTS = ("password", "secret", "token", "passphrase", "credential")
+# Keys that name where a token comes from, not a token: shown, so that errors can name the source
+# (a URL's credentials are still masked, by redact_url).
+_NOT_SECRET_ENDINGS = ("token.endpoint.url", "token.provider", "jwks.endpoint.url")
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _URL_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/@\s'\"]+)@")
 
@@ -40,6 +43,8 @@ def is_secret_key(key: object) -> bool:
     if not isinstance(key, str):
         return False
     low = key.lower()
+    if ".".join(_words(key)).endswith(_NOT_SECRET_ENDINGS):
+        return False
     if any(part in low for part in _SECRET_PARTS):
         return True
     words = _words(key)

@@ -17,11 +17,12 @@ from pathlib import Path
 
 import pytest
 from hypothesis import settings
+from twopc_testing.oauth import REAUTH_MS, IdentityProvider
 from twopc_testing.s3 import LocalS3, S3Server
-from twopc_testing.secured import start_secured_kafka
+from twopc_testing.secured import start_oauth_kafka, start_secured_kafka
 
 from tests.driver.support import Scenario
-from twopc.broker import LocalKafka
+from twopc.broker import DEFAULT_VARIANT, LocalKafka
 from twopc.broker.under_test import EXTERNAL, KafkaUnderTest, requested_variants, start_kafka
 from twopc.control import ControlClient
 from twopc.crashpoints import TEST_HOOKS_VALUE, TEST_HOOKS_VAR
@@ -63,6 +64,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         variants = requested_variants(_full_matrix())
         metafunc.parametrize("tls_kafka", variants, indirect=True, scope="session",
                              ids=[f"tls-{v}" for v in variants])
+    if "oauth_kafka" in metafunc.fixturenames:
+        # Our own broker even with TWOPC_BOOTSTRAP_SERVERS: it needs the test identity provider.
+        variants = [DEFAULT_VARIANT if v == EXTERNAL else v
+                    for v in requested_variants(_full_matrix())]
+        metafunc.parametrize("oauth_kafka", variants, indirect=True, scope="session",
+                             ids=[f"oauth-{v}" for v in variants])
 
 
 @pytest.fixture(scope="session")
@@ -82,6 +89,30 @@ def tls_kafka(request: pytest.FixtureRequest) -> Iterator[LocalKafka]:
     kafka = start_secured_kafka(request.param)
     if kafka.startup_seconds is not None:
         _startup_times.append((f"{request.param} with TLS", kafka.startup_seconds))
+    yield kafka
+    kafka.stop()
+
+
+@pytest.fixture(scope="session")
+def idp() -> Iterator[IdentityProvider]:
+    """A test OAuth identity provider in this process: JWKS and client-credentials endpoints
+    (testing/twopc_testing/oauth.py)."""
+    with IdentityProvider() as provider:
+        yield provider
+
+
+@pytest.fixture(scope="session")
+def oauth_kafka(request: pytest.FixtureRequest, idp: IdentityProvider) -> Iterator[LocalKafka]:
+    """A broker of its own for OAUTHBEARER: its SASL_PLAINTEXT listener checks JWTs against the
+    `idp` fixture's keys (audience and issuer too) and takes PLAIN and SCRAM for user alice, every
+    session bounded by connections.max.reauth.ms=REAUTH_MS (so that clients re-authenticate
+    within a test, KIP-368); its SASL_SSL listener takes unsigned tokens (Kafka's unsecured
+    validator) and bounds sessions only by the token's expiry. Client settings:
+    twopc_testing.secured.oauth_config."""
+    kafka = start_oauth_kafka(request.param, idp.jwks_url, audience=idp.audience,
+                              issuer=idp.issuer, max_reauth_ms=REAUTH_MS, tls=True, users=True)
+    if kafka.startup_seconds is not None:
+        _startup_times.append((f"{request.param} with OAuth", kafka.startup_seconds))
     yield kafka
     kafka.stop()
 

@@ -64,7 +64,8 @@ def test_standalone_exporter_sees_a_transaction_held_open_and_its_end(
 
     txn = open_txn(broker.bootstrap_servers, topic, count=12, timeout_ms=45000)
     try:
-        samples = scrape(url)
+        # The exporter looks again at most once a second: the idle scrape's look may answer this.
+        samples = scrape_until(url, lambda s: bool(pins(s)))
         held = pins(samples)
         assert set(held) == {(topic, p) for p in txn.offsets}
         for p, (first, last) in txn.offsets.items():

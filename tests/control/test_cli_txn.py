@@ -44,7 +44,10 @@ def test_describe_list_commit_fence(broker: KafkaUnderTest, topic: str,
 
 
 def test_bad_input_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["txn", "describe", "-b", "nohostport", "x"]) == 1
+    # A malformed argument is a usage error: argparse's exit code 2, the message names the fix.
+    with pytest.raises(SystemExit) as exited:
+        main(["txn", "describe", "-b", "nohostport", "x"])
+    assert exited.value.code == 2
     assert "HOST:PORT" in capsys.readouterr().err
 
 

@@ -16,7 +16,7 @@ from tests.driver.support import Scenario
 from twopc.control import ControlClient
 from twopc.protocol.handle import ResultKind, WriteResult
 from twopc.protocol.log_records import Aborted, Prepared, from_body
-from twopc.protocol.offsets import SourceOffsets, SourceOffsetsRefused
+from twopc.protocol.offsets import SourceOffsets, SourceOffsetsRefused, alone_id
 
 pytestmark = pytest.mark.integration
 
@@ -129,7 +129,7 @@ def test_a_batch_without_records_moves_the_offsets(crash: str | None, scenario: 
     assert group_offsets(scenario, group, source) == {(source, 0): 6, (source, 1): 2}
     intent = prepared(scenario, "0")
     # The intent names the id of the offsets' own transaction (issue 30, item 6).
-    assert intent.handles == () and intent.offsets == offsets.with_carrier(f"{scenario.prefix}-0-0")
+    assert intent.handles == () and intent.offsets == offsets.with_carrier(alone_id(scenario.prefix))
     scenario.audit()
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 import pytest
 from hypothesis import given
@@ -15,7 +16,8 @@ from tests.broker.test_restart_mid_commit import _stranded_commit
 from tests.driver.support import DriverUnderTest
 from twopc.broker.under_test import KafkaUnderTest
 from twopc.control import ControlClient, TransactionDescription, TxnState
-from twopc.driver.stranded import _latest_first_offsets
+from twopc.control.logcheck import LogCheckResult, LogOutcome
+from twopc.driver.stranded import _latest_first_offsets, prove_holds
 from twopc.log.session import Session
 from twopc.ops.audit import audit_topic, wait_until_stable
 from twopc.protocol.handle import Handle, PartitionSpan
@@ -30,7 +32,7 @@ from twopc.protocol.holds import (
     unreadable_spans,
 )
 from twopc.protocol.log_records import Committed, LogRecord, Prepared, Released, Stranded, from_body, to_body
-from twopc.protocol.state import BatchState, BatchStatus, fold
+from twopc.protocol.state import BatchState, BatchStatus, fold, txn_key
 from twopc.protocol.verdicts import Fate, StrandedFate, Verdict, judge
 
 PID, EPOCH = 4000, 7
@@ -255,3 +257,32 @@ def test_recover_releases_a_commit_whose_markers_a_broker_kill_dropped(
     assert wait_until_stable(broker.config(), stuck.topic, 60)
     audit = audit_topic(broker.config(), stuck.topic, expected_ids=stuck.ids)
     assert audit.passed and audit.records == len(stuck.ids), audit.summary()
+
+
+class _LogChecks:
+    """The control client's log check, answered from a table by first offset (no broker)."""
+
+    def __init__(self, aborted_from: int) -> None:
+        self.aborted_from = aborted_from
+
+    def log_check(self, topic: str, partition: int, first_offset: int, producer_id: int,
+                  epoch: int, topic_id: object, budget_s: float) -> LogCheckResult:
+        if first_offset >= self.aborted_from:
+            return LogCheckResult(LogOutcome.ABORTED, detail=f"aborted from offset {first_offset}")
+        return LogCheckResult(LogOutcome.COMMITTED)
+
+
+def test_a_loss_is_the_handles_with_an_aborted_span_not_every_handle_of_the_id() -> None:
+    """An id reused by a later batch holds the handles of both; the later one's records were
+    aborted (its stranded commit's release cut short, then fenced from outside), the earlier
+    one's are committed. The loss names the later batch only: the earlier one is not lost, and an
+    operator acknowledging it would be refused (the torture suite's kafka4-tv2 seed 20261126)."""
+    early = Handle("q-2-0", PID, EPOCH, (PartitionSpan("t", 1, 0, 1, 2),), 2, "c", 0, 60000, 2,
+                   0, 0)
+    late = Handle("q-2-0", PID, EPOCH + 2, (PartitionSpan("t", 1, 3, 4, 2),), 2, "c", 0, 60000,
+                  2, 0, 0)
+    evidence = prove_holds(cast(ControlClient, _LogChecks(aborted_from=3)),
+                           [("0", early), ("1", late)])
+    assert evidence.proofs["q-2-0"][0] is HoldProof.ABORTED  # the id's hold stays
+    assert set(evidence.aborted) == {txn_key(late)}
+    assert "@3" in evidence.aborted[txn_key(late)]

@@ -16,22 +16,26 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
 
+from tests.driver.epochs import EXHAUSTED, drive_one
 from twopc.broker.under_test import KafkaUnderTest
 from twopc.control import ControlClient, EndTxnRequest, TransactionDescription, TxnState
 from twopc.executor.checksum import checksum_of
 from twopc.executor.rows import Columns, Row
 from twopc.executor.write_errors import (
     DeliveryError,
+    EpochWithoutHeadroom,
     RowError,
     TransactionBudgetExceeded,
     ZombieDetected,
 )
 from twopc.executor.writer import CHUNK, write_partition
 from twopc.ops.audit import audit_topic, partition_offsets, wait_until_stable
+from twopc.protocol.epochs import releasable
 from twopc.protocol.handle import ResultKind, WriteResult
 
 pytestmark = pytest.mark.integration
@@ -333,6 +337,47 @@ def test_a_zombie_on_the_same_id_fails_the_task(broker: KafkaUnderTest,
     assert info.value.coordinator.producer_epoch != -1
     # Ours was aborted by the zombie's fence, the zombie's own transaction times out.
     _nothing_visible(broker, topic)
+
+
+class _StaleDescribe(ControlClient):
+    """Answers the writer's check before init_transactions with the id far from the end (as
+    another process moving the id right after the answer would leave it): the writer does not
+    rotate, and identify() must refuse what the init then gives."""
+
+    stale_left = 1  # the check before the init; identify's describe gets the real answer
+
+    def start_describe_transactions(self, ids: Sequence[str]
+                                    ) -> Future[dict[str, TransactionDescription]]:
+        if not self.stale_left:
+            return super().start_describe_transactions(ids)
+        self.stale_left -= 1
+        stale: Future[dict[str, TransactionDescription]] = Future()
+        stale.set_result({tid: TransactionDescription(tid, TxnState.EMPTY, 1, 0, 60000, -1, ())
+                          for tid in ids})
+        return stale
+
+
+def test_a_transaction_without_release_headroom_is_never_precommitted(
+        broker: KafkaUnderTest, make_topic: Callable[..., str], control: ControlClient) -> None:
+    """The backstop of the epoch guard (docs/design.md section 8): an init that lands at 32766
+    (the id driven to 32765 behind the writer's check) is aborted with EpochWithoutHeadroom, no
+    handle; the retry finds the id near the end, rotates its producer id first and pre-commits on
+    the new one, with a release's headroom."""
+    topic = make_topic(2)
+    tid = _tid()
+    driven = drive_one(broker.bootstrap_servers, tid, EXHAUSTED - 1)
+    rows = [Row(f"edge-{i}".encode()) for i in range(20)]
+    with _StaleDescribe(broker.config()) as stale, \
+            pytest.raises(EpochWithoutHeadroom) as info:
+        _write(broker, topic, rows, stale, tid=tid)
+    assert (info.value.producer_id, info.value.epoch) == (driven.producer_id, EXHAUSTED)
+    _nothing_visible(broker, topic)
+    h = _write(broker, topic, rows, control, tid=tid).handle
+    assert h is not None and h.producer_id != driven.producer_id and releasable(h.epoch), h
+    control.end_txns([EndTxnRequest(h.transactional_id, h.producer_id, h.epoch, True)])
+    assert wait_until_stable(broker.config(), topic, 60)
+    report = audit_topic(broker.config(), topic, [f"edge-{i}" for i in range(20)])
+    assert report.passed and set(report.counts.values()) == {1}, report.summary()
 
 
 @pytest.mark.parametrize("point,end", [

@@ -141,6 +141,15 @@ def test_url_and_key_rules() -> None:
     for key in ("ssl.key.location", "sasl.username", "bootstrap.servers", "ssl.certificate.pem",
                 "anon", "endpoint_url"):
         assert not is_secret_key(key), key
+    # OAuth: tokens and secrets masked; where a token comes from shown (errors name it).
+    for key in ("sasl.oauthbearer.client.secret", "access_token", "client_secret",
+                "sasl.oauthbearer.client.credentials.client.secret",
+                "sasl.oauthbearer.assertion.private.key.passphrase"):
+        assert is_secret_key(key), key
+    for key in ("sasl.oauthbearer.token.endpoint.url", "token_endpoint_url",
+                "twopc.oauthTokenProvider", "twopc.oauth.token.provider",
+                "sasl.oauthbearer.client.id", "sasl.oauthbearer.jwks.endpoint.url"):
+        assert not is_secret_key(key), key
 
 
 def test_storage_error_names_the_cause_and_what_to_check() -> None:

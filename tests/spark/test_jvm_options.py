@@ -166,6 +166,8 @@ def test_plain_login_implies_its_mechanism_and_scram_needs_one() -> None:
 @pytest.mark.parametrize(("jaas", "needle"), [
     ("org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;",
      "kafka.sasl.oauthbearer.method=oidc"),
+    ("software.amazon.msk.auth.iam.IAMLoginModule required;",
+     "twopc.oauthTokenProvider=aws_msk_iam_sasl_signer.MSKAuthTokenProvider:generate_auth_token"),
     ('com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true keyTab="/k";',
      "kafka.sasl.kerberos.keytab"),
     ("com.example.Mine required;", "only the PLAIN and SCRAM login modules"),
@@ -235,3 +237,59 @@ def test_java_delivery_timeout_above_the_transaction_timeout_says_so() -> None:
            "twopc.transactionTimeoutMs=60000" in str(caught.value)
     fits = parse_options({**BASE, "kafka.delivery.timeout.ms": "30000"}, streaming=False)
     check_producer_config(fits)
+
+
+OAUTH_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
+OAUTH_HANDLER = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler"
+JAVA_OAUTH = {
+    "security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER",
+    "sasl.login.callback.handler.class": OAUTH_HANDLER,
+    "sasl.oauthbearer.token.endpoint.url": "https://idp.example/oauth2/token",
+    "sasl.jaas.config": f'{OAUTH_MODULE} required clientId="writer" clientSecret="Zqsecret42" '
+                        'scope="kafka" extension_logicalCluster="lkc-1" '
+                        'extension_identityPoolId="pool-2";',
+}
+
+
+@pytest.mark.parametrize("handler", [
+    OAUTH_HANDLER, "org.apache.kafka.common.security.oauthbearer.secured."
+                   "OAuthBearerLoginCallbackHandler"])  # Kafka 3.x's name
+def test_javas_oauth_client_credentials_become_librdkafkas_oidc(handler: str) -> None:
+    out = librdkafka_settings({"bootstrap.servers": "127.0.0.1:9", **JAVA_OAUTH,
+                               "sasl.login.callback.handler.class": handler})
+    assert "sasl.jaas.config" not in out and "sasl.login.callback.handler.class" not in out
+    assert {k: v for k, v in out.items() if k.startswith("sasl.oauthbearer.")} == {
+        "sasl.oauthbearer.method": "oidc", "sasl.oauthbearer.client.id": "writer",
+        "sasl.oauthbearer.client.secret": "Zqsecret42", "sasl.oauthbearer.scope": "kafka",
+        "sasl.oauthbearer.token.endpoint.url": "https://idp.example/oauth2/token",
+        "sasl.oauthbearer.extensions": "logicalCluster=lkc-1,identityPoolId=pool-2"}
+    Producer({**out, "transactional.id": "t"})  # librdkafka knows every name (never connects)
+    settings = settings_from_config(out)  # and so does the control client
+    assert settings.oauth is not None and settings.oauth.method == "oidc"
+    assert (settings.oauth.client_id, settings.oauth.client_secret) == ("writer", "Zqsecret42")
+    assert dict(settings.oauth.extensions) == {"logicalCluster": "lkc-1", "identityPoolId": "pool-2"}
+
+
+@pytest.mark.parametrize(("change", "needle"), [
+    ({"sasl.login.callback.handler.class": None}, "makes unsigned tokens"),
+    ({"sasl.jaas.config": None}, "has nothing to log in with"),
+    ({"sasl.mechanism": "PLAIN"}, "needs kafka.sasl.mechanism OAUTHBEARER, not PLAIN"),
+    ({"sasl.oauthbearer.token.endpoint.url": None}, "needs kafka.sasl.oauthbearer.token.endpoint"),
+    ({"sasl.jaas.config": f'{OAUTH_MODULE} required clientId="writer";'}, "has no clientSecret"),
+    ({"sasl.jaas.config": f'{OAUTH_MODULE} required clientId="w" clientSecret="Zqsecret42" '
+                          'unsecuredLoginStringClaim_sub="Zqsub";'},
+     "option(s) unsecuredLoginStringClaim_sub"),
+    ({"sasl.jaas.config": f'{PLAIN} required username="u" password="Zqsecret42";'},
+     "it serves OAuthBearerLoginModule"),
+    ({"sasl.oauthbearer.client.secret": "other"},
+     "kafka.sasl.jaas.config and kafka.sasl.oauthbearer.client.secret disagree"),
+])
+def test_javas_oauth_settings_that_cannot_be_translated_say_why(change: dict[str, str | None],
+                                                                 needle: str) -> None:
+    given = {**JAVA_OAUTH, **{k: v for k, v in change.items() if v is not None}}
+    for key in [k for k, v in change.items() if v is None]:
+        del given[key]
+    with pytest.raises(OptionError) as caught:
+        librdkafka_settings(given)
+    assert needle in str(caught.value), caught.value
+    assert "Zqsecret42" not in str(caught.value) and "Zqsub" not in str(caught.value)

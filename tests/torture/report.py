@@ -88,6 +88,9 @@ def render_markdown(summary: dict[str, Any]) -> str:
         f"{summary['schedules_by_workload']}), {summary['passed']} passed, "
         f"{summary['failed']} failed, {summary['seconds']:.0f} s of schedules. "
         f"Verdict: **{'PASS' if summary['ok'] else 'FAIL'}**.",
+        *([] if not summary.get("commits") else [
+            "", "Run on commit(s) " + ", ".join(f"`{c}`" for c in summary["commits"])
+            + " (journal-" + summary["variant"] + ".jsonl has each schedule's)."]),
         "",
         f"## Faults injected (each at least {summary.get('min_faults', MIN_FAULTS)} times)", "",
         "| kind | times |", "|---|---|",

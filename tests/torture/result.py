@@ -9,7 +9,7 @@ import time
 import traceback
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 # Every fault the suite injects. The long run must inject each at least 10 times.
@@ -118,6 +118,15 @@ class ScheduleResult:
         data["victims"] = dict(self.victims)
         data["fired"], data["reached"] = dict(self.fired), dict(self.reached)
         return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ScheduleResult:
+        """The inverse of to_json (a line of the long run's journal)."""
+        counters = {k: Counter(data.get(k, {}))
+                    for k in ("faults", "outcomes", "victims", "fired", "reached")}
+        plain = {k: v for k, v in data.items()
+                 if k in {f.name for f in fields(cls)} and k not in counters}
+        return cls(**plain, **counters)
 
 
 def run_to_verdict(result: ScheduleResult, began: float, body: Callable[[], None],

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -136,3 +138,21 @@ def test_percentile_is_one_of_the_values_and_monotonic(values: list[float], q: i
     p = percentile(values, q)
     assert p in values
     assert percentile(values, max(1, q - 1)) <= p <= percentile(values, 100) == max(values)
+
+
+def test_a_journal_line_gives_back_the_result_and_resume_takes_only_its_own_run(
+        tmp_path: Path) -> None:
+    from tests.torture.__main__ import _journaled
+
+    first = _result(7, faults=Counter({"driver_kill": 2}), outcomes=Counter({"fenced": 1}),
+                    victims=Counter({"leader": 1}), fired=Counter({"END_TXN drop_answer": 1}),
+                    reached=Counter({"carrier_fenced": 1}), recovery_s=[0.5], expected=9,
+                    found=9, seconds=3.0)
+    assert ScheduleResult.from_json(json.loads(json.dumps(first.to_json()))) == first
+    journal = tmp_path / "journal-v.jsonl"
+    line = {"commit": "abc", **first.to_json()}
+    journal.write_text(json.dumps({"run": {"seed": 1, "spark_every": 4}, **line}) + "\n"
+                       + json.dumps({"run": {"seed": 1, "spark_every": 10}, **line}) + "\n")
+    assert _journaled(journal, 1, 4) == [first]
+    assert _journaled(journal, 2, 4) == []
+    assert _journaled(tmp_path / "absent.jsonl", 1, 4) == []

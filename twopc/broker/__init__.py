@@ -11,6 +11,7 @@ from twopc.broker.spec import (
     REPLICATED_VARIANT,
     VARIANTS,
     BrokerSpec,
+    OAuthListener,
 )
 
 __all__ = [
@@ -23,5 +24,6 @@ __all__ = [
     "BrokerSpec",
     "BrokerStartError",
     "LocalKafka",
+    "OAuthListener",
     "free_port",
 ]

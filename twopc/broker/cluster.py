@@ -5,6 +5,7 @@ Design: docs/design.md section 7.
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import socket
 import subprocess
@@ -17,7 +18,7 @@ from types import TracebackType
 from twopc.broker.artifacts import kafka_classpath
 from twopc.broker.errors import BrokerStartError
 from twopc.broker.node import Node, NodePorts
-from twopc.broker.spec import BrokerSpec
+from twopc.broker.spec import BrokerSpec, OAuthListener
 from twopc.broker.tls import TlsMaterial, make_tls_material
 
 CONTROLLER_ID = 1000  # the dedicated controller of a multi-broker cluster
@@ -39,8 +40,8 @@ class LocalKafka:
     that killing any broker (say, a transaction coordinator) leaves the quorum up.
 
     Every broker has a PLAINTEXT listener (`bootstrap_servers`, also between brokers); with
-    `spec.sasl_users` a SASL_PLAINTEXT one; with `spec.tls` an SSL listener that requires a client
-    certificate and, with SASL users too, a SASL_SSL listener. The TLS material is made at start
+    `spec.sasl_users` or `spec.oauth` a SASL_PLAINTEXT one; with `spec.tls` an SSL listener that
+    requires a client certificate and, with SASL too, a SASL_SSL listener. The TLS material is made at start
     (`tls`: the CA, the brokers' keystore, a client certificate; twopc/broker/tls.py).
     """
 
@@ -222,9 +223,10 @@ class LocalKafka:
                 self.nodes.append(Node(i, "broker", ports, self.data_dir / f"node-{i}", {}))
         for node in self.nodes:
             node.properties = self._properties(node, voters)
+            node.system_properties = self._system_properties()
 
     def _broker_ports(self, client: int, controller: int | None) -> NodePorts:
-        sasl, tls = bool(self.spec.sasl_users), self.spec.tls
+        sasl, tls = self.spec.has_sasl, self.spec.tls
         return NodePorts(client, controller, free_port() if sasl else None,
                          ssl=free_port() if tls else None,
                          sasl_ssl=free_port() if sasl and tls else None)
@@ -287,20 +289,44 @@ class LocalKafka:
         return p
 
     def _sasl_properties(self, listener: str) -> dict[str, str]:
-        users = " ".join(f'user_{u}="{pw}"' for u, pw in self.spec.sasl_users.items())
         prefix = f"listener.name.{listener}"
-        return {
-            "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
-            f"{prefix}.plain.sasl.jaas.config": (
-                f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};"
-            ),
-            f"{prefix}.scram-sha-256.sasl.jaas.config": (
-                "org.apache.kafka.common.security.scram.ScramLoginModule required;"
-            ),
-            f"{prefix}.scram-sha-512.sasl.jaas.config": (
-                "org.apache.kafka.common.security.scram.ScramLoginModule required;"
-            ),
-        }
+        mechanisms: list[str] = []
+        p: dict[str, str] = {}
+        if self.spec.sasl_users:
+            users = " ".join(f'user_{u}="{pw}"' for u, pw in self.spec.sasl_users.items())
+            mechanisms += ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+            p.update({
+                f"{prefix}.plain.sasl.jaas.config": (
+                    f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};"
+                ),
+                f"{prefix}.scram-sha-256.sasl.jaas.config": (
+                    "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+                ),
+                f"{prefix}.scram-sha-512.sasl.jaas.config": (
+                    "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+                ),
+            })
+        oauth = self.spec.oauth
+        if oauth is not None:
+            mechanisms.append("OAUTHBEARER")
+            if listener == "sasl_ssl" and oauth.unsecured_over_tls:
+                oauth = dataclasses.replace(oauth, jwks_url=None)
+            p.update(_oauth_properties(f"{prefix}.oauthbearer", oauth))
+        p["sasl.enabled.mechanisms"] = ",".join(mechanisms)
+        if listener == "sasl_plaintext" and self.spec.sasl_max_reauth_ms is not None:
+            # Per mechanism (SaslChannelBuilder reads it with the listener and mechanism prefix).
+            for mech in mechanisms:
+                p[f"{prefix}.{mech.lower()}.connections.max.reauth.ms"] = \
+                    str(self.spec.sasl_max_reauth_ms)
+        return p
+
+    def _system_properties(self) -> dict[str, str]:
+        oauth = self.spec.oauth
+        if oauth is None or oauth.jwks_url is None:
+            return {}
+        # Kafka 4.0+ fetches no OAuth URL that this allow-list (exact strings, comma-separated)
+        # does not name: unset, it allows none. 3.9.1+ reads it too, but unset allows all.
+        return {"org.apache.kafka.sasl.oauthbearer.allowed.urls": oauth.jwks_url}
 
     def _feature_args(self) -> list[str]:
         if self.spec.major < 4:
@@ -314,6 +340,29 @@ class LocalKafka:
             for mech in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
                 args += ["--add-scram", f"{mech}=[name={user},password={pw}]"]
         return args
+
+
+# The broker's side of OAUTHBEARER. The package without `.secured.` holds the validator in 3.4+
+# (3.x keeps a deprecated copy under `.secured.`; 4.0 removed it), so one name serves 3.9 and 4.x.
+OAUTH_VALIDATOR = "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler"
+OAUTH_LOGIN_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
+
+
+def _oauth_properties(prefix: str, oauth: OAuthListener) -> dict[str, str]:
+    """`prefix` is `listener.name.<listener>.oauthbearer`: these apply to that listener's
+    OAUTHBEARER only. A login module without options logs in without a token: the listener
+    validates tokens and never presents one (the brokers talk to each other over PLAINTEXT)."""
+    p = {f"{prefix}.sasl.jaas.config": f"{OAUTH_LOGIN_MODULE} required ;"}
+    if oauth.jwks_url is not None:
+        p[f"{prefix}.sasl.server.callback.handler.class"] = OAUTH_VALIDATOR
+        p[f"{prefix}.sasl.oauthbearer.jwks.endpoint.url"] = oauth.jwks_url
+        if oauth.audience is not None:
+            p[f"{prefix}.sasl.oauthbearer.expected.audience"] = oauth.audience
+        if oauth.issuer is not None:
+            p[f"{prefix}.sasl.oauthbearer.expected.issuer"] = oauth.issuer
+    # else: Kafka's default for OAUTHBEARER, OAuthBearerUnsecuredValidatorCallbackHandler
+    # (unsigned tokens; `exp`, `iat` and `sub` checked).
+    return p
 
 
 def _port_open(port: int) -> bool:

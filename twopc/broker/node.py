@@ -38,6 +38,8 @@ class Node:
         self.data_dir = data_dir
         self.properties = properties
         self.process: subprocess.Popen[bytes] | None = None
+        # -D system properties for the JVM (Kafka 4's OAuth URL allow-list is one).
+        self.system_properties: dict[str, str] = {}
 
     @property
     def config_path(self) -> Path:
@@ -85,6 +87,7 @@ class Node:
             "-Djava.awt.headless=true",
             f"-Dorg.slf4j.simpleLogger.logFile={self.log_path}",
             "-Dorg.slf4j.simpleLogger.showDateTime=true",
+            *(f"-D{k}={v}" for k, v in sorted(self.system_properties.items())),
             "-cp",
             classpath,
             "kafka.Kafka",

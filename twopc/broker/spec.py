@@ -13,6 +13,24 @@ KAFKA3_VERSION = "3.9.2"
 
 
 @dataclass(frozen=True)
+class OAuthListener:
+    """SASL/OAUTHBEARER on the SASL listeners (KIP-768 validation of JWTs).
+
+    With `jwks_url`, Kafka's `OAuthBearerValidatorCallbackHandler` checks each token's signature
+    against the keys published there (and `aud`/`iss` when `audience`/`issuer` are given); without
+    it, Kafka's unsecured-JWS validator accepts unsigned (`alg: none`) tokens: tests only. With
+    `unsecured_over_tls` the SASL_SSL listener takes unsigned tokens while the SASL_PLAINTEXT one
+    checks them against `jwks_url` (one broker serves the tests of both). A session ends when its
+    token expires (KIP-368), or sooner with BrokerSpec.sasl_max_reauth_ms.
+    """
+
+    jwks_url: str | None = None
+    audience: str | None = None
+    issuer: str | None = None
+    unsecured_over_tls: bool = False
+
+
+@dataclass(frozen=True)
 class BrokerSpec:
     """A single-node or small KRaft cluster of real Apache Kafka brokers.
 
@@ -31,7 +49,17 @@ class BrokerSpec:
     # Adds an SSL listener (client certificate required) and, with sasl_users, a SASL_SSL one;
     # the CA and certificates are made at start (twopc/broker/tls.py, needs `cryptography`).
     tls: bool = False
+    # Adds OAUTHBEARER to the SASL listeners (a SASL_PLAINTEXT listener even without sasl_users).
+    oauth: OAuthListener | None = None
+    # connections.max.reauth.ms of the SASL_PLAINTEXT listener, for every mechanism (KIP-368):
+    # its clients must re-authenticate their connections within it, or the broker closes them.
+    # The SASL_SSL listener keeps Kafka's default (sessions unbounded but by a token's expiry).
+    sasl_max_reauth_ms: int | None = None
     extra_properties: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def has_sasl(self) -> bool:
+        return bool(self.sasl_users) or self.oauth is not None
 
     @property
     def major(self) -> int:

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 
 from checkpoint.redact import redacted_repr
 from twopc.control.errors import ConfigError
+from twopc.control.oauth import OAuthSettings, oauth_settings
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 _UNSUPPORTED_SSL_KEYS = ("ssl.keystore.location", "ssl.engine.location", "ssl.providers")
 
 
@@ -44,6 +45,8 @@ class ClientSettings:
     # cut short before its EndTxn, it must stay open until a later check commits it, so it asks
     # for the broker's default maximum (transaction.max.timeout.ms), not the producer's minute.
     release_timeout_ms: int = 900000
+    # sasl.mechanism=OAUTHBEARER: where the tokens come from (twopc/control/oauth.py).
+    oauth: OAuthSettings | None = None
 
     def __repr__(self) -> str:
         return redacted_repr(self)  # sasl_password, ssl_key_password: masked
@@ -112,7 +115,8 @@ def settings_from_config(config: Mapping[str, object]) -> ClientSettings:
         if mechanism not in SASL_MECHANISMS:
             raise ConfigError(f"sasl.mechanism={mechanism!r} is not supported by twopc's control "
                               f"client; use one of {', '.join(SASL_MECHANISMS)}")
-        if not cfg.get("sasl.username") or "sasl.password" not in cfg:
+        if mechanism != "OAUTHBEARER" and (not cfg.get("sasl.username")
+                                           or "sasl.password" not in cfg):
             raise ConfigError(f"security.protocol={protocol} needs sasl.username and "
                               "sasl.password")
     if protocol in ("SSL", "SASL_SSL"):
@@ -124,6 +128,9 @@ def settings_from_config(config: Mapping[str, object]) -> ClientSettings:
     algorithm = cfg.get("ssl.endpoint.identification.algorithm", "https").lower()
     if algorithm not in ("https", "none"):
         raise ConfigError("ssl.endpoint.identification.algorithm must be https or none")
+    oauth = None
+    if protocol.startswith("SASL_") and mechanism == "OAUTHBEARER":
+        oauth = oauth_settings(cfg, _ms(cfg, "socket.connection.setup.timeout.ms", 10000))
     per_broker = cfg.get("twopc.control.connections.per.broker", "8")
     if not per_broker.isdigit() or not 1 <= int(per_broker) <= 16:
         raise ConfigError("twopc.control.connections.per.broker must be between 1 and 16")
@@ -148,6 +155,7 @@ def settings_from_config(config: Mapping[str, object]) -> ClientSettings:
         retry_timeout_s=_ms(cfg, "twopc.control.retry.timeout.ms", 60000),
         connections_per_broker=int(per_broker),
         release_timeout_ms=int(_ms(cfg, "twopc.control.release.timeout.ms", 900000) * 1000),
+        oauth=oauth,
     )
 
 

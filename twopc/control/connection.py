@@ -12,9 +12,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import os
+import random
 import ssl
 import struct
+import time
 
 from twopc.control import faults
 from twopc.control import messages as m
@@ -28,13 +29,26 @@ from twopc.control.errors import (
     error_name,
 )
 from twopc.control.messages import ApiKey
+from twopc.control.oauth import (
+    ERROR_ACK,
+    OAuthTokenError,
+    initial_response,
+    refusal_message,
+    server_error,
+    token_source,
+)
+from twopc.control.oauth import MECHANISM as MECHANISM_OAUTHBEARER
 from twopc.control.protocol import Reader
 from twopc.control.scram import MECHANISMS as SCRAM_MECHANISMS
 from twopc.control.scram import ScramClient
+from twopc.control.tls import ca_context
 
 _SIZE = struct.Struct(">i")
 MAX_FRAME = 256 * 1024 * 1024
 SOFTWARE_VERSION = "0.1.0"
+# Sessions shorter than this are not renewed: the broker refuses a re-authentication started
+# within 1 s of the previous one.
+REAUTH_MIN_SESSION_MS = 1500
 
 
 def ssl_context(settings: ClientSettings) -> ssl.SSLContext:
@@ -43,9 +57,7 @@ def ssl_context(settings: ClientSettings) -> ssl.SSLContext:
     certificate (ssl.certificate.location, ssl.key.location, ssl.key.password)."""
     ca = settings.ssl_ca_location if settings.ssl_ca_location != "probe" else None
     try:
-        ctx = ssl.create_default_context(
-            cafile=ca if ca and not os.path.isdir(ca) else None,
-            capath=ca if ca and os.path.isdir(ca) else None, cadata=settings.ssl_ca_pem)
+        ctx = ca_context(ca, settings.ssl_ca_pem)
     except (OSError, ssl.SSLError, ValueError) as exc:
         given = f"ssl.ca.location={ca}" if ca else "ssl.ca.pem"
         raise TlsError(f"cannot load the CA certificates of {given}: {exc}; give the PEM file of "
@@ -83,6 +95,11 @@ class BrokerConnection:
         self._outbox: list[bytes] = []  # frames of this turn of the loop, not yet written
         self.api_versions: dict[int, tuple[int, int]] = {}
         self.finalized_features: dict[str, int] = {}
+        # SASL session (KIP-368): its lifetime as the broker gave it, when to re-authenticate.
+        self.session_lifetime_ms = 0
+        self.authentications = 0
+        self._reauth_at: float | None = None  # time.monotonic()
+        self._reauth_task: asyncio.Task[None] | None = None
 
     def __repr__(self) -> str:
         return f"BrokerConnection({self.host}:{self.port}, node {self.node_id})"
@@ -133,8 +150,8 @@ class BrokerConnection:
 
     async def _negotiate(self) -> None:
         version = m.CLIENT_VERSIONS[ApiKey.API_VERSIONS][1]
-        frame = await self.request(ApiKey.API_VERSIONS, version,
-                                   m.encode_api_versions(version, SOFTWARE_VERSION))
+        frame = await self._send(ApiKey.API_VERSIONS, version,
+                                 m.encode_api_versions(version, SOFTWARE_VERSION))
         resp = m.decode_api_versions(version, frame)
         if resp.error_code != 0:
             raise BrokerConnectionError(
@@ -147,48 +164,121 @@ class BrokerConnection:
         return m.negotiate(api, self.api_versions.get(int(api)), ceiling)
 
     async def _authenticate(self) -> None:
+        """SaslHandshake and the mechanism's SaslAuthenticate rounds; then, if the broker limits
+        the session (SaslAuthenticate v1+ `session_lifetime_ms` > 0: `connections.max.reauth.ms`,
+        or an OAUTHBEARER token's expiry), when to authenticate again on this connection."""
         s = self._settings
         mech = s.sasl_mechanism
-        frame = await self.request(ApiKey.SASL_HANDSHAKE, 1, m.encode_sasl_handshake(1, mech))
+        frame = await self._send(ApiKey.SASL_HANDSHAKE, 1, m.encode_sasl_handshake(1, mech))
         code, offered = m.decode_sasl_handshake(1, frame)
         if code != 0:
             raise AuthenticationError(
                 f"broker {self.host}:{self.port} does not accept SASL mechanism {mech} "
                 f"({error_name(code)}); it offers {', '.join(offered) or 'none'}")
-        user, password = s.sasl_username or "", s.sasl_password or ""
-        if mech == "PLAIN":
-            await self._sasl_round(f"\0{user}\0{password}".encode())
-            return
-        if mech not in SCRAM_MECHANISMS:
+        if mech == MECHANISM_OAUTHBEARER:
+            lifetime_ms = await self._oauthbearer()
+        elif mech == "PLAIN":
+            user, password = s.sasl_username or "", s.sasl_password or ""
+            lifetime_ms = (await self._sasl_round(f"\0{user}\0{password}".encode())).session_lifetime_ms
+        elif mech in SCRAM_MECHANISMS:
+            scram = ScramClient(mech, s.sasl_username or "", s.sasl_password or "")
+            server_first = await self._sasl_round(scram.first())
+            server_final = await self._sasl_round(scram.final(server_first.auth_bytes))
+            scram.verify(server_final.auth_bytes)
+            lifetime_ms = server_final.session_lifetime_ms
+        else:
             raise AuthenticationError(f"unsupported SASL mechanism {mech}")
-        scram = ScramClient(mech, user, password)
-        server_first = await self._sasl_round(scram.first())
-        server_final = await self._sasl_round(scram.final(server_first))
-        scram.verify(server_final)
+        self.session_lifetime_ms = lifetime_ms
+        self.authentications += 1
+        self._reauth_at = None
+        # The broker refuses a re-authentication within 1 s of the last one (KafkaChannel's
+        # MIN_REAUTH_INTERVAL_ONE_SECOND_NANOS); a shorter session is left to expire.
+        if lifetime_ms > REAUTH_MIN_SESSION_MS:
+            # At 85-95% of the session, as Kafka's Java client does (SaslClientAuthenticator):
+            # margin for latency and clock drift, spread so that the pool's connections do not
+            # all re-authenticate at once.
+            fraction = 0.85 + 0.10 * random.random()
+            self._reauth_at = time.monotonic() + fraction * lifetime_ms / 1000.0
 
-    async def _sasl_round(self, payload: bytes) -> bytes:
+    async def _oauthbearer(self) -> int:
+        oauth = self._settings.oauth
+        assert oauth is not None, "settings_from_config sets oauth for OAUTHBEARER"
+        source = token_source(oauth)
+        token = await asyncio.get_running_loop().run_in_executor(None, source.token)
+        resp = await self._sasl_authenticate(initial_response(token.access_token, token.extensions))
+        if resp.error_code != 0:
+            source.invalidate(token)
+            raise OAuthTokenError(
+                f"SASL OAUTHBEARER authentication at {self.host}:{self.port} failed "
+                f"({error_name(resp.error_code)}): {resp.error_message or 'no detail'}; the token "
+                f"from {oauth.source} is {token.describe()}", oauth.source)
+        if resp.auth_bytes:
+            # RFC 7628 3.2.2: a JSON error challenge; the client answers a lone ^A and the broker
+            # then fails the exchange (SASL_AUTHENTICATION_FAILED, the same JSON as its message).
+            status = str(server_error(resp.auth_bytes).get("status", "refused"))
+            with contextlib.suppress(ControlError):
+                await self._sasl_authenticate(ERROR_ACK)
+            source.invalidate(token)
+            raise OAuthTokenError(refusal_message(f"{self.host}:{self.port}", status, token, oauth),
+                                  oauth.source)
+        return resp.session_lifetime_ms
+
+    async def _sasl_authenticate(self, payload: bytes) -> m.SaslAuthenticateResponse:
         version = self.version(ApiKey.SASL_AUTHENTICATE)
-        frame = await self.request(ApiKey.SASL_AUTHENTICATE, version,
-                                   m.encode_sasl_authenticate(version, payload))
-        resp = m.decode_sasl_authenticate(version, frame)
+        frame = await self._send(ApiKey.SASL_AUTHENTICATE, version,
+                                 m.encode_sasl_authenticate(version, payload))
+        return m.decode_sasl_authenticate(version, frame)
+
+    async def _sasl_round(self, payload: bytes) -> m.SaslAuthenticateResponse:
+        resp = await self._sasl_authenticate(payload)
         if resp.error_code != 0:
             user = self._settings.sasl_username
             raise AuthenticationError(
                 f"SASL {self._settings.sasl_mechanism} authentication of user {user!r} at "
                 f"{self.host}:{self.port} failed ({error_name(resp.error_code)}): "
                 f"{resp.error_message or 'no detail'}; check sasl.username and sasl.password")
-        return resp.auth_bytes
+        return resp
+
+    @property
+    def reauthentication_due(self) -> bool:
+        return self._reauth_at is not None and time.monotonic() >= self._reauth_at
+
+    async def _reauthenticate(self) -> None:
+        """KIP-368: a new SaslHandshake and SaslAuthenticate on this connection. Requests already
+        sent are answered first (the broker reads a connection's requests one at a time, in
+        order); new ones wait for this (the broker takes nothing but SaslAuthenticate after the
+        handshake until the exchange ends)."""
+        task = self._reauth_task
+        if task is None:
+            task = self._reauth_task = asyncio.get_running_loop().create_task(self._reauth_once())
+        try:
+            await asyncio.shield(task)
+        finally:
+            if task.done() and self._reauth_task is task:
+                self._reauth_task = None
+
+    async def _reauth_once(self) -> None:
+        try:
+            await self._authenticate()
+        except BaseException as exc:
+            failure = exc if isinstance(exc, ControlError) else BrokerConnectionError(
+                f"re-authentication at {self.host}:{self.port} failed: {exc}")
+            self._fail(failure)
+            raise
 
     async def request(self, api: ApiKey, version: int, body: bytes) -> Reader:
-        """Send one request and wait for its response body (pipelined with any others). A test
-        may have armed an injected fault for it (faults.py; never in production)."""
+        """Send one request and wait for its response body (pipelined with any others): after a
+        re-authentication if the session is due for one (KIP-368). A test may have armed an
+        injected fault for it (faults.py; never in production)."""
+        if self._reauth_task is not None or self.reauthentication_due:
+            await self._reauthenticate()
         fault = faults.pick(api, version, body)
         if fault is None:
-            return await self._request(api, version, body)
+            return await self._send(api, version, body)
         return await faults.apply(fault, api, f"{self.host}:{self.port}",
-                                  lambda: self._request(api, version, body), self._fail)
+                                  lambda: self._send(api, version, body), self._fail)
 
-    async def _request(self, api: ApiKey, version: int, body: bytes) -> Reader:
+    async def _send(self, api: ApiKey, version: int, body: bytes) -> Reader:
         if self._failure is not None:
             raise BrokerConnectionError(f"connection to {self.host}:{self.port} is broken: "
                                         f"{self._failure}")

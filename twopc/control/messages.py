@@ -317,11 +317,13 @@ class SaslAuthenticateResponse:
     error_code: int
     error_message: str | None
     auth_bytes: bytes
+    # v1+ (KIP-368): how long the broker keeps the session after this, in ms; 0 = no limit. Past
+    # it the broker closes the connection at the next request that is not a SaslHandshake.
+    session_lifetime_ms: int = 0
 
 
 def decode_sasl_authenticate(version: int, r: Reader) -> SaslAuthenticateResponse:
     error, message, data = r.int16(), r.nullable_string(), r.nullable_bytes() or b""
-    if version >= 1:
-        r.int64()  # session lifetime
+    lifetime = r.int64() if version >= 1 else 0
     expect_end(r)
-    return SaslAuthenticateResponse(error, message, data)
+    return SaslAuthenticateResponse(error, message, data, lifetime)

@@ -214,7 +214,8 @@ class DriverCall:
         assert offsets.carrier is not None
         self._require_named((offsets.carrier,), "an offsets transaction")
         self._ensure_released()
-        commit_alone(self.control, batch, offsets, self.settings.stranded_wait_ms / 1000)
+        commit_alone(self.control, batch, offsets, self.settings.stranded_wait_ms / 1000,
+                     confirm_owner=self.session.confirm_owner)
 
     def claim(self, ids: Iterable[str], what: str) -> dict[str, str]:
         """Before this call starts a producer on `ids` (its InitProducerId fences their open

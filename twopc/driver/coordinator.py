@@ -365,10 +365,10 @@ class Coordinator:
     def _commit_offsets_only(self, call: DriverCall, batch: str,
                              offsets: SourceOffsets) -> CommitReport:
         """A batch that wrote no record still moves the group's offsets: an intent that names
-        them and a free pool id to carry them, their own transaction on that id (never a plain
+        them and the id that carries them (`alone_id`), their own transaction on that id (never a plain
         OffsetCommit: source_offsets.py `commit_alone` says why), the outcome. Recovery does the
         transaction again for an intent left without outcome."""
-        carried = offsets.with_carrier(alone_id(self.owner.prefix, call.state.in_use()))
+        carried = offsets.with_carrier(alone_id(self.owner.prefix))
         intent_seq = call.append(Prepared(batch, (), carried))
         crash_point("coordinator.after_intent")
         call.commit_offsets_alone(batch, carried)

@@ -99,7 +99,8 @@ class Recovery:
         call = DriverCall(self.log, self.control, self.settings)
         held = [(b, h) for b, h in committed_handles(call.state.batches.values())
                 if b == batch and h.transactional_id in call.state.stranded]
-        proofs = prove_holds(self.control, held)
+        evidence = prove_holds(self.control, held)
+        proofs = evidence.proofs
         lost = tuple(sorted(t for t, (p, _) in proofs.items() if p is HoldProof.ABORTED))
         if not lost:
             raise ResolutionRefused(

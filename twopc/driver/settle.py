@@ -83,8 +83,7 @@ def settle(call: DriverCall, batches: Sequence[BatchState], *, sweep: bool,
                      and first[txn_key(h)].fate is Fate.ROLL_FORWARD]
     # Batches without records: their source offsets' own transaction is done again on the id the
     # intent names (an intent written before those transactions names none: one is chosen).
-    alone = {b.batch: b.offsets.with_carrier(b.offsets.carrier or alone_id(
-                 prefix, call.state.in_use()))
+    alone = {b.batch: b.offsets.with_carrier(b.offsets.carrier or alone_id(prefix))
              for b in batches if not b.intent and b.offsets is not None}
     rolled = (*(h.transactional_id for h in roll), *(str(o.carrier) for o in alone.values()))
     orphans: tuple[str, ...] = ()
@@ -135,7 +134,10 @@ def settle(call: DriverCall, batches: Sequence[BatchState], *, sweep: bool,
         crash_point("recovery.after_outcome")
     # Carriers the outcome records name as lost: fenced now, so the offsets they hold never land
     # (a crash before this leaves them to the next sweep: no pending intent names them then).
-    fence_now = [h.transactional_id for h in to_fence]
+    # Only a carrier that an outcome record names: an undecided batch has none (the door would
+    # refuse the fence), and its carrier stays open for the next settling to decide again.
+    recorded = {r.batch for r in report.batches if r.recorded_seq is not None}
+    fence_now = [h.transactional_id for h in to_fence if carriers[txn_key(h)].batch in recorded]
     if fence_now:
         failed = call.fence_named(fence_now)
         report.fence_failures.update(failed)

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from twopc.control import EndTxnRequest
+from twopc.control import EndTxnRequest, FenceResult
 from twopc.control.errors import ERROR_CODES, ControlError, error_name
+from twopc.protocol.epochs import releasable, rotation_calls
 from twopc.protocol.handle import Handle
 from twopc.protocol.offsets import (
     SourceOffsets,
@@ -50,7 +52,7 @@ def attach(control: ControlClient, batch: str, carrier: Handle,
 
 
 def commit_alone(control: ControlClient, batch: str, offsets: SourceOffsets,
-                 stable_within_s: float) -> None:
+                 stable_within_s: float, confirm_owner: Callable[[], None]) -> None:
     """The offsets of a batch without records, committed in a transaction of their own on the id
     `offsets.carrier` (a pool id that the batch's intent, or recovery's record, names first):
     InitProducerId, AddOffsetsToTxn, TxnOffsetCommit, EndTxn(commit), InitProducerId again, then
@@ -77,6 +79,13 @@ def commit_alone(control: ControlClient, batch: str, offsets: SourceOffsets,
     A redo by recovery first bumps the epoch again, which aborts whatever an earlier, interrupted
     attempt left open on the id (its offsets with it) and fences its late copies; committing the
     same offsets twice changes nothing.
+
+    No record names the epoch the first InitProducerId gives, so a driver paused after its intent
+    could otherwise wake after another driver settled that intent and committed later batches, and
+    commit these older offsets at a newer epoch: the group would move back. `confirm_owner` (the
+    call's log fence, read again) runs right after that InitProducerId: either it came before the
+    other driver's append, whose own InitProducerId then fences this epoch, or the check sees
+    that append and this call stops (LogOwnershipLost) before any offsets are sent.
     """
     tid = offsets.carrier
     if tid is None:
@@ -84,18 +93,19 @@ def commit_alone(control: ControlClient, batch: str, offsets: SourceOffsets,
     where = f"batch {batch} (no records) is decided, but committing its source offsets to " \
             f"group {offsets.group!r} in a transaction on {tid}"
     try:
-        began = control.fence([tid])[tid]
+        began = begin_with_headroom(control, tid)
         if not began.fenced:
             raise SourceOffsetsError(f"{where} failed: InitProducerId answered {began.error}. "
                                      + _RETRY)
         pid, epoch = began.producer_id, began.epoch
+        confirm_owner()
         try:
             _offsets_into(control, where, tid, pid, epoch, offsets)
             ended = control.end_txns([EndTxnRequest(tid, pid, epoch, True)], precheck=False)[tid]
             if not ended.committed:
                 raise SourceOffsetsError(f"{where} failed: EndTxn answered "
                                          f"{ended.error or ended.kind.value}. " + _RETRY)
-        except SourceOffsetsError:
+        except (SourceOffsetsError, ControlError):
             with contextlib.suppress(ControlError):  # nothing stays open on the id until its timeout
                 control.fence([tid])
             raise
@@ -107,6 +117,19 @@ def commit_alone(control: ControlClient, batch: str, offsets: SourceOffsets,
         raise SourceOffsetsError(f"{where} failed: {type(exc).__name__}: {exc}. "
                                  + _RETRY) from exc
     _wait_until_stable(control, where, offsets, stable_within_s)
+
+
+def begin_with_headroom(control: ControlClient, tid: str) -> FenceResult:
+    """InitProducerId on the carrier id, again while its epoch leaves too few on this producer id
+    for the closing InitProducerId and a redo's (twopc/protocol/epochs.py): a redo ends an offset
+    commit whose marker a broker dropped only with a marker of the same producer id. Near the end
+    of the epochs that walks the idle id to a new producer id (a few calls, once in some 32,750)."""
+    began = control.fence([tid])[tid]
+    for _ in range(rotation_calls(max(began.epoch, 0))):
+        if not began.fenced or releasable(began.epoch + 1):
+            break
+        began = control.fence([tid])[tid]
+    return began
 
 
 _RETRY = ("The intent stays open; restart the query (or run `twopc recover`): recovery commits "

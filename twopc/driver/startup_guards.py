@@ -9,6 +9,7 @@ import logging
 from collections.abc import Mapping
 
 from twopc.control import ControlClient
+from twopc.control.oauth import librdkafka_config
 from twopc.errors import UnsupportedBroker
 
 _log = logging.getLogger(__name__)
@@ -45,7 +46,8 @@ def broker_max_timeout_ms(config: Mapping[str, str]) -> int | None:
     from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
     try:
-        admin = AdminClient({k: v for k, v in config.items() if not k.startswith("transaction")})
+        admin = AdminClient({k: v for k, v in librdkafka_config(config).items()
+                             if not k.startswith("transaction")})
         brokers = admin.list_topics(timeout=10).brokers
         if not brokers:
             return None

@@ -182,34 +182,47 @@ def release_stranded_commits(call: Door,
     unreleased = {n.transactional_id: (n.batch, report.why(n)) for n in report.unreleased}
     # A hold goes only once the log proves its records committed (issue 30): never silently.
     candidates = to_prove(call.state, (h for _, h in handles), unreleased)
-    proofs = prove_holds(control, [(b, h) for b, h in handles if h.transactional_id in candidates])
+    evidence = prove_holds(control,
+                           [(b, h) for b, h in handles if h.transactional_id in candidates])
     changes = hold_changes(call.state, (h for _, h in handles), unreleased,
-                           {t: p for t, (p, _) in proofs.items()})
+                           {t: p for t, (p, _) in evidence.proofs.items()})
     if changes is not None:
         call.append(changes)
-    lost = {t: why for t, (p, why) in proofs.items() if p is HoldProof.ABORTED}
-    if lost:
-        raise StrandedCommitAborted(
-            [(b, h, lost[h.transactional_id]) for b, h in handles if h.transactional_id in lost])
+    if evidence.aborted:
+        raise StrandedCommitAborted([(b, h, evidence.aborted[txn_key(h)]) for b, h in handles
+                                     if txn_key(h) in evidence.aborted])
     return report
 
 
-def prove_holds(control: ControlClient, handles: Sequence[tuple[str, Handle]]
-           ) -> dict[str, tuple[HoldProof, str]]:
-    """The log checks of every span of the held ids' visible handles: each id's proof, and what
-    the first span that was not committed answered."""
+@dataclass(frozen=True)
+class HoldEvidence:
+    """What the log checks of a held id's visible handles prove: the id's proof (its hold goes
+    only on COMMITTED), and which of those handles have a span proven aborted, each with the
+    first such span's answer. The loss is a handle's, not the id's: an id reused by a later batch
+    holds handles of several batches, and only those with an aborted span lost records."""
+
+    proofs: dict[str, tuple[HoldProof, str]]
+    aborted: dict[TxnKey, str]
+
+
+def prove_holds(control: ControlClient, handles: Sequence[tuple[str, Handle]]) -> HoldEvidence:
+    """The log checks of every span of the held ids' visible handles."""
     verdicts: dict[str, list[Verdict]] = {}
     why: dict[str, str] = {}
+    aborted: dict[TxnKey, str] = {}
     for _, h in handles:
         for s in h.spans:
             v = fate_of_log_check(control.log_check(s.topic, s.partition, s.first_offset,
                                                     h.producer_id, h.epoch, s.topic_id,
                                                     _PROOF_BUDGET_S))
             verdicts.setdefault(h.transactional_id, []).append(v)
+            where = f"{s.topic}[{s.partition}]@{s.first_offset}: {v.reason}"
             if v.fate is not Fate.COMMITTED:
-                why.setdefault(h.transactional_id,
-                               f"{s.topic}[{s.partition}]@{s.first_offset}: {v.reason}")
-    return {t: (proof_of(vs), why.get(t, "")) for t, vs in verdicts.items()}
+                why.setdefault(h.transactional_id, where)
+            if v.fate is Fate.ABORTED:
+                aborted.setdefault(txn_key(h), where)
+    return HoldEvidence({t: (proof_of(vs), why.get(t, "")) for t, vs in verdicts.items()},
+                        aborted)
 
 
 # Per batch, its visible handles and the latest first offset of their spans per partition. A

@@ -23,7 +23,14 @@ from confluent_kafka import Producer
 from twopc.control import ControlClient, TransactionDescription, TxnState
 from twopc.crashpoints import wall_clock_ms
 from twopc.executor.spans import read_spans
-from twopc.executor.write_errors import DeliveryError, IdentificationError, SpanError, ZombieDetected
+from twopc.executor.write_errors import (
+    DeliveryError,
+    EpochWithoutHeadroom,
+    IdentificationError,
+    SpanError,
+    ZombieDetected,
+)
+from twopc.protocol.epochs import HIGHEST_HANDLE_EPOCH, releasable
 from twopc.protocol.handle import Handle, PartitionSpan
 
 
@@ -79,6 +86,11 @@ def identify(control: ControlClient, tid: str, eos: dict[str, Any], *, rows: int
     if (state != "InTransaction" or desc.state is not TxnState.ONGOING
             or not desc.holds(pid, epoch)):
         raise ZombieDetected(tid, view, desc)
+    if not releasable(epoch):
+        # The one place a handle is made: none leaves without a release's headroom (headroom.py
+        # normally rotates the producer id before the init; this catches a race with another
+        # process's init). Not a zombie: the transaction is ours, and the writer aborts it.
+        raise EpochWithoutHeadroom(tid, pid, epoch, HIGHEST_HANDLE_EPOCH)
     spans = _spans(control, tid, desc, pid, epoch, view, rows)
     return Handle(tid, pid, epoch, spans, rows, checksum, desc.start_ms, desc.timeout_ms,
                   task_partition, attempt, writer_clock_ms, writer_host=socket.gethostname(),

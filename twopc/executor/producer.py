@@ -12,8 +12,13 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
+from checkpoint.redact import redact_text, redact_url
+from twopc.control import ControlClient, ControlError
 from twopc.control.config import tls_failure_advice
+from twopc.control.errors import ConfigError
+from twopc.control.oauth import OAuthTokenError, describe_source, librdkafka_oauth
 from twopc.executor.checksum import warm_up
+from twopc.executor.headroom import make_room, start_describe
 from twopc.executor.rows import (
     Columns,
 )
@@ -67,6 +72,15 @@ def transactional_producer_config(user: Mapping[str, Any], transactional_id: str
     # Starter): 10 ms makes the start ~15 ms instead of ~60. Failed reconnects still back off
     # exponentially up to reconnect.backoff.max.ms.
     config.setdefault("reconnect.backoff.ms", 10)
+    try:
+        # twopc.oauth.token.provider becomes an oauth_cb (twopc/control/oauth.py), with the
+        # first token fetched here: a bad one fails before any producer exists.
+        config.update(librdkafka_oauth(user))
+    except OAuthTokenError as exc:
+        raise BrokerSecurityError(f"transactional id {transactional_id!r}: no OAUTHBEARER "
+                                  f"token: {exc}. Nothing was written") from exc
+    except ConfigError as exc:
+        raise WriterConfigError(str(exc)) from exc
     config["transactional.id"] = transactional_id
     config["transaction.timeout.ms"] = timeout_ms
     config["enable.idempotence"] = True
@@ -124,31 +138,68 @@ class SecurityErrors:
         err = self.seen[-1]
         if err.code() == KafkaError._SSL:
             fix = tls_failure_advice(err.str(), self.config)
+        elif str(self.config.get("sasl.mechanism", "")).upper() == "OAUTHBEARER":
+            # Kafka answers a refused token with only {"status":"invalid_token"}; the brokers'
+            # log says why (OAuthBearerValidatorCallbackHandler).
+            fix = ("the brokers refused the OAUTHBEARER token: it must be unexpired and carry the "
+                   "audience and issuer the brokers expect (sasl.oauthbearer.expected.audience, "
+                   "sasl.oauthbearer.expected.issuer); check the token source ("
+                   f"{_oauth_source(self.config)})")
         else:
             fix = ("check sasl.mechanism, sasl.username and sasl.password (and that the user "
                    "exists on the brokers)")
         raise BrokerSecurityError(
             f"transactional id {transactional_id!r}: the producer cannot connect to the brokers "
-            f"securely ({err.str()}): {fix}. Nothing was written")
+            f"securely ({redact_text(err.str(), self.config)}): {fix}. Nothing was written")
+
+
+def _oauth_source(config: Mapping[str, Any]) -> str:
+    ours = describe_source(config)
+    if ours is not None:
+        return ours
+    if config.get("oauth_cb") is not None:
+        return "the producer's oauth_cb"
+    if str(config.get("sasl.oauthbearer.method", "")).lower() == "oidc":
+        url = redact_url(str(config.get("sasl.oauthbearer.token.endpoint.url")))
+        return (f"sasl.oauthbearer.token.endpoint.url={url}, "
+                f"sasl.oauthbearer.client.id={config.get('sasl.oauthbearer.client.id')}")
+    return "sasl.oauthbearer.config"
+
+
+def build_off_thread(config: Mapping[str, Any]) -> bool:
+    """Whether Producer(config) is slow enough to build on the Starter's thread: with an
+    `oauth_cb`, confluent-kafka's constructor waits at least 1 s for the first token (sleeping
+    without the GIL), which then overlaps with the caller reading rows ahead. Without one it takes
+    ~2 ms, and is built on the caller's thread, where a refused setting raises at once."""
+    return config.get("oauth_cb") is not None
 
 
 class Starter(threading.Thread):
-    """init_transactions and begin_transaction, off the caller's thread (confluent-kafka releases
-    the GIL in both)."""
+    """The producer's construction if `producer` is None (from `config`: build_off_thread),
+    init_transactions and begin_transaction, off the caller's thread (confluent-kafka releases
+    the GIL in all three). Before the init, the id's producer id is rotated if the init could
+    leave it without the epochs a release needs (headroom.py); the coordinator's description that
+    decides it is asked at once, while the producer warms up."""
 
-    def __init__(self, producer: Producer, topic: str | None, timeout_s: float,
-                 security: SecurityErrors, transactional_id: str) -> None:
+    def __init__(self, producer: Producer | None, topic: str | None, timeout_s: float,
+                 security: SecurityErrors, transactional_id: str, control: ControlClient,
+                 config: Mapping[str, Any] | None = None) -> None:
         super().__init__(name="twopc-writer-start", daemon=True)
         self.producer = producer
+        self.config = config
         self.topic = topic
         self.timeout_s = timeout_s
         self.security = security
         self.tid = transactional_id
+        self.control = control
         self.error: BaseException | None = None
         self.start()
 
     def run(self) -> None:
         try:
+            described = start_describe(self.control, self.tid)
+            if self.producer is None:
+                self.producer = Producer(self.config)
             # librdkafka sends FindCoordinator only through a connected broker it learned from
             # metadata (not a bootstrap one), and when none is up it retries on a 500 ms timer:
             # init_transactions alone took ~5-100 ms or ~510 ms at random. Two metadata requests
@@ -164,6 +215,14 @@ class Starter(threading.Thread):
                 # until the transaction timeout and then say only "timed out".
                 self.producer.poll(0)
                 self.security.raise_if_any(self.tid)
+            try:
+                found = described.result()[self.tid]
+            except ControlError as exc:
+                # The init below meets the same broker and says what is wrong in the producer's
+                # terms; identify() still refuses a handle without headroom.
+                log.debug("describing %r before init_transactions failed: %s", self.tid, exc)
+            else:
+                make_room(self.control, self.tid, found, int(self.timeout_s * 1000))
             try:
                 self.producer.init_transactions(self.timeout_s)
             except KafkaException:

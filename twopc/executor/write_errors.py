@@ -75,6 +75,24 @@ class SpanError(WriteError):
     """A partition leader could not say what the transaction wrote there; it was aborted."""
 
 
+class EpochWithoutHeadroom(WriteError):
+    """The transaction's epoch is too near the end of its producer id's epochs for a release of a
+    commit whose markers a broker dropped (docs/design.md section 8): it was aborted, not
+    pre-committed. The task fails; its retry finds the id near the end and rotates it first."""
+
+    def __init__(self, transactional_id: str, producer_id: int, epoch: int, highest: int) -> None:
+        self.transactional_id = transactional_id
+        self.producer_id = producer_id
+        self.epoch = epoch
+        super().__init__(
+            f"transactional id {transactional_id!r}: the transaction has producer id "
+            f"{producer_id} epoch {epoch}, above {highest}, the highest a pre-committed "
+            "transaction may have (the epochs above are kept for releasing a commit whose "
+            "markers a broker dropped); another process moved the id after the writer checked "
+            "it. The transaction was aborted; nothing of this task is visible, and Spark's "
+            "retry rotates the id's producer id first")
+
+
 class IdentificationError(WriteError):
     """The producer's own view of its transaction could not be read (no statistics sample)."""
 

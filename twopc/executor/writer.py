@@ -38,6 +38,7 @@ from twopc.executor.producer import (
     Failure,
     SecurityErrors,
     Starter,
+    build_off_thread,
     read_ahead,
     transactional_producer_config,
 )
@@ -53,6 +54,7 @@ from twopc.executor.rows import (
 from twopc.executor.write_errors import (
     BrokerSecurityError,
     DeliveryError,
+    EpochWithoutHeadroom,
     IdentificationError,
     ProducerError,
     RowError,
@@ -68,6 +70,7 @@ __all__ = [
     "BrokerSecurityError",
     "Columns",
     "DeliveryError",
+    "EpochWithoutHeadroom",
     "IdentificationError",
     "ProducerError",
     "Row",
@@ -154,7 +157,11 @@ class _Transaction:
         self.security = SecurityErrors(config)
         config = {**config, "stats_cb": self.stats.on_stats, "on_delivery": self.deliveries.on_delivery,
                   "delivery.report.only.error": True, "error_cb": self.security.on_error}
-        self.producer = Producer(config)
+        # With an oauth_cb the constructor waits >= 1 s for the first token: then it is built
+        # on the Starter's thread, overlapping the caller's rows (producer.build_off_thread).
+        self.config = config
+        self._built = None if build_off_thread(config) else Producer(config)
+        self.producer: Any = self._built  # the Starter's once it has run (None until then)
         self.begun_at = 0.0
 
     # --- the steps ---------------------------------------------------------------------------
@@ -164,16 +171,18 @@ class _Transaction:
         iterator = iter(rows)
         # Starting takes a broker round trip or three; the caller's rows (often converted from
         # Arrow on the fly) are read ahead meanwhile. Nothing is produced before the begin.
-        starter = Starter(self.producer, default_topic, self.timeout_ms / 1000, self.security,
-                           self.tid)
+        starter = Starter(self._built, default_topic, self.timeout_ms / 1000, self.security,
+                           self.tid, control, self.config)
         try:
             ahead = read_ahead(iterator, starter)
         except BaseException:
             starter.join()
+            self.producer = starter.producer
             if starter.error is None:
                 self._abort()  # begun, nothing produced: ends locally, nothing to see
             raise
         starter.join()
+        self.producer = starter.producer
         if starter.error is not None:
             exc = starter.error
             if not isinstance(exc, KafkaException):

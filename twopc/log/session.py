@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from checkpoint import KeyExists, Log, RecordExists
+from checkpoint import KeyExists, Log, RecordBeyondEnd, RecordExists
 from checkpoint.memo import Memo
 from twopc.errors import InconsistentLog, LogOwnershipLost, QueryMismatch
 from twopc.protocol.log_records import (
@@ -124,6 +124,18 @@ class Session:
         self._start, self._records = read_records(log)
         self.state: LogState = fold(self._records, log.url, self._start)
         self.appended = 0
+
+    def confirm_owner(self) -> None:
+        """LogOwnershipLost if another driver appended after this session's last record. For a
+        request whose epoch no record names (an offsets-only transaction's InitProducerId): made
+        after it, this check and the other driver's InitProducerId, sent after its own append,
+        leave no order in which both go on."""
+        seq = self.state.last_seq + 1
+        try:
+            self.log.read(seq)
+        except RecordBeyondEnd:
+            return
+        raise LogOwnershipLost(self.log.url, seq)
 
     def append(self, record: LogRecord) -> int:
         """Append at the next number; LogOwnershipLost if another driver took it."""

@@ -25,6 +25,8 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
+from twopc.control.oauth import librdkafka_config
+
 IdOf = Callable[[Message], str | None]
 
 
@@ -131,7 +133,7 @@ _TRANSIENT_CODES = frozenset({
 
 def _partition_offsets(config: Mapping[str, str], topic: str) -> dict[int, tuple[int, int]]:
     # log_level 3: librdkafka otherwise reports its own clean-up of answered requests at info level.
-    admin = AdminClient({**config, "log_level": 3})
+    admin = AdminClient({**librdkafka_config(config), "log_level": 3})
     md = admin.list_topics(topic, timeout=10)
     tmeta = md.topics.get(topic)
     if tmeta is None or tmeta.error is not None:
@@ -186,7 +188,8 @@ def audit_topic(
     ]
     consumer = Consumer(
         {
-            **{k: v for k, v in config.items() if not k.startswith("transaction")},
+            **{k: v for k, v in librdkafka_config(config).items()
+               if not k.startswith("transaction")},
             "group.id": f"twopc-audit-{uuid.uuid4()}",
             "isolation.level": "read_committed",
             "enable.auto.commit": False,

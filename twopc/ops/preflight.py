@@ -28,6 +28,7 @@ from twopc.control import (
     ControlError,
     TlsError,
 )
+from twopc.control.oauth import OAuthTokenError, librdkafka_config
 
 CONNECTION = "connection"
 TRANSACTION_LOG = "__transaction_state"
@@ -64,7 +65,10 @@ def run_preflight(
         return [CheckItem(CONNECTION, Status.FAIL, str(exc), "fix the setting it names "
                           "(--bootstrap-servers, -X or --command-config)")]
     try:
-        admin = AdminClient({**config, "log_level": 3})
+        admin = AdminClient({**librdkafka_config(config), "log_level": 3})
+    except OAuthTokenError as exc:  # the token provider failed, or its token has expired
+        control.close()
+        return [_oauth_failure(exc)]
     except (KafkaException, ValueError, TypeError) as exc:  # librdkafka refuses a setting
         control.close()
         return [CheckItem(CONNECTION, Status.FAIL, f"librdkafka refuses the client settings: "
@@ -99,12 +103,20 @@ def _kafka_text(exc: BaseException) -> str:
     return str(text()) if callable(text) else str(exc)
 
 
+def _oauth_failure(exc: OAuthTokenError) -> CheckItem:
+    return CheckItem(CONNECTION, Status.FAIL, str(exc),
+                     f"fix the OAUTHBEARER token source {exc.setting} (-X or --command-config), "
+                     "or the brokers' expected audience and issuer")
+
+
 def _connection(control: ControlClient) -> CheckItem | None:
     """None once a broker answered ApiVersions; else why not, and what to change."""
     try:
         control.api_versions()
     except TlsError as exc:
         return CheckItem(CONNECTION, Status.FAIL, str(exc), exc.advice)
+    except OAuthTokenError as exc:
+        return _oauth_failure(exc)
     except AuthenticationError as exc:
         return CheckItem(CONNECTION, Status.FAIL, str(exc),
                          "check sasl.mechanism, sasl.username and sasl.password (-X)")

@@ -13,7 +13,7 @@ last; recovery commits carriers after the rest), so the group's offsets move wit
 records, never before the others. The intent names the carrier and the offsets.
 
 A batch whose partitions are all empty has no transaction of its own: its intent names the offsets
-and a pool id (`alone_id`) as their carrier, and after the intent the driver commits them in a
+and an id of their own (`alone_id`) as their carrier, and after the intent the driver commits them in a
 transaction of their own on that id (twopc/driver/source_offsets.py `commit_alone`, which says why
 not a plain OffsetCommit: a late copy of one could move the group back); recovery does it again for
 such an intent left without outcome. Intents written before that name no carrier: recovery
@@ -25,7 +25,7 @@ Pure; the requests are in twopc/driver/source_offsets.py.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +34,6 @@ from twopc.errors import TwopcError
 from twopc.protocol import plain as pd
 from twopc.protocol.enums import TextEnum
 from twopc.protocol.handle import Handle
-from twopc.protocol.pool import transactional_id
 from twopc.protocol.verdicts import Fate
 
 if TYPE_CHECKING:
@@ -209,15 +208,14 @@ def carrier_action(others: Iterable[Fate]) -> CarrierAction:
     return CarrierAction.WAIT
 
 
-def alone_id(prefix: str, in_use: Collection[str]) -> str:
-    """The pool id whose transaction carries the offsets of a batch without records:
-    `{prefix}-0-{slot}`, the first slot that no pending intent names and no stranded commit holds
-    (a pool id, so a sweep fences a transaction an interrupted driver left open on it). Tasks may
-    take it later, once the batch's outcome is recorded, as any resolved id."""
-    slot = 0
-    while transactional_id(prefix, 0, slot) in in_use:
-        slot += 1
-    return transactional_id(prefix, 0, slot)
+def alone_id(prefix: str) -> str:
+    """The id whose transaction carries the offsets of a batch without records: `{prefix}-offsets`,
+    outside the tasks' pools. A driver that was paused may still send its InitProducerId on this id
+    after another driver moved on (source_offsets.py `commit_alone` then finds the log moved and
+    stops); on a pool id that request could abort a later batch's pre-committed task transaction,
+    here it can at most abort another offsets-only transaction in flight, whose intent stays open
+    and is done again."""
+    return f"{prefix}-offsets"
 
 
 def needs_offsets(recorded: SourceOffsets | None, visible_ids: Iterable[str]) -> bool:

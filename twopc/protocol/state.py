@@ -96,7 +96,9 @@ class StrandedHold:
 class JobLease:
     """The run of a batch job that holds its family's log (a `lease` record, docs/design.md
     section 5), until `until_ms` on its driver's clock. Ended by a `lease` record of the same run
-    with `until_ms` 0, or by a `committed` record of its job."""
+    with `until_ms` 0 (the run's release, after everything its commit sends), or by its expiry. Not
+    by the job's `committed` record: the run still fences the orphans that record names, and a
+    next job let in before then could have its own transaction on such an id fenced."""
 
     job: str
     run: str
@@ -164,8 +166,6 @@ def fold(records: Iterable[tuple[int, LogRecord]], url: str = "", start_seq: int
         if isinstance(rec, Lease):
             lease = _next_lease(lease, rec, seq)
             continue
-        if isinstance(rec, Committed) and lease is not None and rec.batch == lease.job:
-            lease = None  # the job is done: its run no longer holds the family
         if isinstance(rec, Released):
             for tid in rec.ids:
                 parts = frozenset((topic, p) for t, topic, p in rec.partitions if t == tid)

@@ -58,7 +58,8 @@ _PEM_CA = ("give the CA certificate(s) as a PEM file: kafka.ssl.ca.location (or 
 _JSSE = "a Java security (JSSE) setting: librdkafka uses OpenSSL; remove it"
 _JAVA_CLASS = ("a Java class, which librdkafka cannot load: give the mechanism's librdkafka "
                "settings instead (kafka.sasl.username and kafka.sasl.password for PLAIN and SCRAM, "
-               "kafka.sasl.oauthbearer.* for OAUTHBEARER); remove it")
+               "kafka.sasl.oauthbearer.* for OAUTHBEARER, or a Python token provider: "
+               "twopc.oauthTokenProvider=module:function, as for AWS MSK IAM); remove it")
 _METRICS = ("librdkafka has no JMX metrics; twopc's figures are on TwopcProgressListener and the "
             "`twopc` log lines; remove it")
 _LOGIN_REFRESH = "Java's login refresh: librdkafka refreshes credentials itself; remove it"
@@ -143,11 +144,24 @@ _LOGIN_MODULES = {
     "org.apache.kafka.common.security.plain.PlainLoginModule": ("PLAIN",),
     "org.apache.kafka.common.security.scram.ScramLoginModule": ("SCRAM-SHA-256", "SCRAM-SHA-512"),
 }
+_OAUTH_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
+# Kafka's client-credentials login handler (Kafka 3.x's name, deprecated in 4, and 4's): what
+# librdkafka's sasl.oauthbearer.method=oidc does, so with OAuthBearerLoginModule it is translated.
+_OAUTH_LOGIN_HANDLERS = frozenset({
+    "org.apache.kafka.common.security.oauthbearer.secured.OAuthBearerLoginCallbackHandler",
+    "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler",
+})
+_OAUTH_HANDLER_KEY = "sasl.login.callback.handler.class"
+_OAUTH_INSTEAD = ("kafka.sasl.oauthbearer.method=oidc with kafka.sasl.oauthbearer.client.id, "
+                  "kafka.sasl.oauthbearer.client.secret and "
+                  "kafka.sasl.oauthbearer.token.endpoint.url, or a Python token provider: "
+                  "twopc.oauthTokenProvider=module:function")
 _OTHER_MODULES = {
-    "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule": (
-        "OAUTHBEARER takes librdkafka's own settings: kafka.sasl.oauthbearer.method=oidc, "
-        "kafka.sasl.oauthbearer.client.id, kafka.sasl.oauthbearer.client.secret, "
-        "kafka.sasl.oauthbearer.token.endpoint.url"),
+    "software.amazon.msk.auth.iam.IAMLoginModule": (
+        "AWS MSK IAM from Python is OAUTHBEARER with aws-msk-iam-sasl-signer-python's signer: "
+        "kafka.sasl.mechanism=OAUTHBEARER, twopc.oauthTokenProvider="
+        "aws_msk_iam_sasl_signer.MSKAuthTokenProvider:generate_auth_token and "
+        "kafka.sasl.oauthbearer.config=<the cluster's region> (README, Run it on a cluster)"),
     "com.sun.security.auth.module.Krb5LoginModule": (
         "GSSAPI (Kerberos) takes librdkafka's kafka.sasl.kerberos.keytab and "
         "kafka.sasl.kerberos.principal, but twopc's control client does not support GSSAPI: use "
@@ -193,6 +207,10 @@ def librdkafka_settings(producer: Mapping[str, str]) -> dict[str, str]:
     librdkafka's; OptionError for a Java setting librdkafka has no equivalent for, naming what
     to set instead. The Java producer's default partitioner unless one is chosen."""
     out = dict(producer)
+    # Kafka's own OAuth login handler is translated with the jaas config (_oauth_jaas), not refused.
+    oauth_handler = out.get(_OAUTH_HANDLER_KEY, "").strip() in _OAUTH_LOGIN_HANDLERS
+    if oauth_handler:
+        out.pop(_OAUTH_HANDLER_KEY)
     for key in [k for k in out if k in REFUSED]:
         raise _refuse(key, REFUSED[key])
     cipher = out.get("ssl.cipher.suites", "")
@@ -216,7 +234,7 @@ def librdkafka_settings(producer: Mapping[str, str]) -> dict[str, str]:
     if out.get("ssl.endpoint.identification.algorithm", "https").strip() == "":
         out["ssl.endpoint.identification.algorithm"] = "none"  # Java's way to turn it off
     _truststore(out)
-    _jaas(out)
+    _jaas(out, oauth_handler)
     out.setdefault("partitioner", JAVA_PARTITIONER)
     return out
 
@@ -239,13 +257,24 @@ def _truststore(out: dict[str, str]) -> None:
              "ssl.truststore.certificates")
 
 
-def _jaas(out: dict[str, str]) -> None:
+def _jaas(out: dict[str, str], oauth_handler: bool) -> None:
     """sasl.jaas.config of the PLAIN and SCRAM login modules: librdkafka's username and
-    password (sasl.mechanism stays: SCRAM needs it; PLAIN's login module implies it)."""
+    password (sasl.mechanism stays: SCRAM needs it; PLAIN's login module implies it); of the
+    OAUTHBEARER one with Kafka's login handler (`oauth_handler`): _oauth_jaas."""
     raw = out.pop(_JAAS_KEY, None)
     if raw is None:
+        if oauth_handler:
+            raise _refuse(_OAUTH_HANDLER_KEY, f"without kafka.{_JAAS_KEY} (OAuthBearerLoginModule "
+                          f"with clientId and clientSecret) it has nothing to log in with; give "
+                          f"{_OAUTH_INSTEAD}")
         return
     module, options = parse_jaas(raw)
+    if module == _OAUTH_MODULE:
+        _oauth_jaas(out, options, oauth_handler)
+        return
+    if oauth_handler:
+        raise _refuse(_OAUTH_HANDLER_KEY, f"it serves OAuthBearerLoginModule, not {module}; "
+                      "remove it")
     mechanisms = _LOGIN_MODULES.get(module)
     if mechanisms is None:
         why = _OTHER_MODULES.get(module, "twopc translates only the PLAIN and SCRAM login modules "
@@ -267,6 +296,44 @@ def _jaas(out: dict[str, str]) -> None:
             raise OptionError(f"option kafka.{_JAAS_KEY}: the login module has no {name}=...; "
                               f"give it, or kafka.sasl.{name} instead of kafka.{_JAAS_KEY}")
         _put(out, f"sasl.{name}", options[name], _JAAS_KEY)
+
+
+def _oauth_jaas(out: dict[str, str], options: Mapping[str, str], handler: bool) -> None:
+    """OAuthBearerLoginModule with Kafka's client-credentials login handler: librdkafka's
+    `sasl.oauthbearer.method=oidc` (clientId, clientSecret, scope, extension_NAME options;
+    sasl.oauthbearer.token.endpoint.url has the same name in both). Without the handler the Java
+    client makes unsecured (unsigned) tokens, which no production broker takes: refused."""
+    if not handler:
+        raise _refuse(_JAAS_KEY, f"OAuthBearerLoginModule without kafka.{_OAUTH_HANDLER_KEY}="
+                      "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler "
+                      f"makes unsigned tokens, for development brokers only; give {_OAUTH_INSTEAD}")
+    mechanism = (out.get("sasl.mechanism") or out.get("sasl.mechanisms") or "").strip().upper()
+    if mechanism != "OAUTHBEARER":
+        raise OptionError(f"option kafka.{_JAAS_KEY} uses OAuthBearerLoginModule, which needs "
+                          f"kafka.sasl.mechanism OAUTHBEARER"
+                          + (f", not {mechanism}" if mechanism else " (none is given)"))
+    known = {"clientId", "clientSecret", "scope"}
+    unknown = sorted(k for k in options if k not in known and not k.startswith("extension_"))
+    if unknown:  # names only: values may be secrets
+        raise _refuse(_JAAS_KEY, f"OAuthBearerLoginModule option(s) {', '.join(unknown)}: twopc "
+                      "translates clientId, clientSecret, scope and extension_NAME only; give "
+                      f"{_OAUTH_INSTEAD}")
+    for name in ("clientId", "clientSecret"):
+        if not options.get(name):
+            raise OptionError(f"option kafka.{_JAAS_KEY}: OAuthBearerLoginModule has no "
+                              f"{name}=...; give it")
+    if not out.get("sasl.oauthbearer.token.endpoint.url"):
+        raise OptionError(f"option kafka.{_JAAS_KEY} (OAuthBearerLoginModule) needs "
+                          "kafka.sasl.oauthbearer.token.endpoint.url, the token endpoint")
+    _put(out, "sasl.oauthbearer.method", "oidc", _JAAS_KEY)
+    _put(out, "sasl.oauthbearer.client.id", options["clientId"], _JAAS_KEY)
+    _put(out, "sasl.oauthbearer.client.secret", options["clientSecret"], _JAAS_KEY)
+    if options.get("scope"):
+        _put(out, "sasl.oauthbearer.scope", options["scope"], _JAAS_KEY)
+    extensions = [f"{k[len('extension_'):]}={v}" for k, v in options.items()
+                  if k.startswith("extension_")]
+    if extensions:
+        _put(out, "sasl.oauthbearer.extensions", ",".join(extensions), _JAAS_KEY)
 
 
 _ESCAPES = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v"}

@@ -19,11 +19,18 @@ from typing import Any
 from confluent_kafka import KafkaException, Producer
 
 from twopc.control import ControlClient
+from twopc.control.oauth import TOKEN_PROVIDER_KEY, OAuthTokenError
 from twopc.driver import startup_guards
 from twopc.protocol.clock import DEFAULT_MARGIN_MS
 from twopc.protocol.pool import transactional_id
 from twopc.spark.errors import OptionError, TriggerIntervalError
-from twopc.spark.options import RATE_LIMITED, TIMEOUT, TRIGGER, SinkConfig
+from twopc.spark.options import (
+    OAUTH_TOKEN_PROVIDER,
+    RATE_LIMITED,
+    TIMEOUT,
+    TRIGGER,
+    SinkConfig,
+)
 
 _log = logging.getLogger(__name__)
 
@@ -39,13 +46,33 @@ def check_producer_config(config: SinkConfig) -> None:
         Producer(transactional_producer_config(
             config.producer_config, transactional_id(config.prefix, 0, 0),
             config.transaction_timeout_ms))
-    except (KafkaException, WriterConfigError) as exc:
-        detail = str(exc.args[0] if exc.args else exc)
-        if "message.timeout.ms" in detail:  # Java's delivery.timeout.ms (120 s by default)
-            detail += (f": kafka.delivery.timeout.ms, or kafka.message.timeout.ms, must be at most "
-                       f"{TIMEOUT}={config.transaction_timeout_ms}; lower it or leave it out (it "
-                       "then follows the transaction timeout)")
-        raise OptionError(f"a kafka.* option is not valid for the producer: {detail}") from None
+    except WriterConfigError as exc:
+        if isinstance(exc.__cause__, OAuthTokenError):  # no token: not a bad option's fault
+            raise exc.__cause__ from exc.__cause__.__cause__
+        raise _not_valid(exc, config) from None
+    except KafkaException as exc:
+        raise _not_valid(exc, config) from None
+
+
+def _not_valid(exc: Exception, config: SinkConfig) -> OptionError:
+    detail = str(exc.args[0] if exc.args else exc)
+    if "message.timeout.ms" in detail:  # Java's delivery.timeout.ms (120 s by default)
+        detail += (f": kafka.delivery.timeout.ms, or kafka.message.timeout.ms, must be at most "
+                   f"{TIMEOUT}={config.transaction_timeout_ms}; lower it or leave it out (it "
+                   "then follows the transaction timeout)")
+    return OptionError(f"a kafka.* option is not valid for the producer: {detail}")
+
+
+def spark_named(exc: OAuthTokenError) -> OAuthTokenError:
+    """`exc` naming the token source by the Spark option the user set (twopc.oauthTokenProvider,
+    kafka.sasl.oauthbearer.*), not by the librdkafka-style key both halves read."""
+    setting = exc.setting
+    if setting.startswith(f"{TOKEN_PROVIDER_KEY}="):
+        return exc.relabel(OAUTH_TOKEN_PROVIDER + setting[len(TOKEN_PROVIDER_KEY):])
+    renamed = setting.replace("sasl.oauthbearer.", "kafka.sasl.oauthbearer.")
+    if renamed.startswith("enable.sasl."):
+        renamed = f"kafka.{renamed}"
+    return exc.relabel(renamed)
 
 
 def check_trigger(config: SinkConfig, trigger_ms: int, source: str) -> None:
@@ -84,9 +111,13 @@ def query_trigger_ms(session: Any, query_id: str) -> int | None:
 def check_at_start(config: SinkConfig, *, streaming: bool) -> None:
     if streaming and config.trigger_interval_ms is not None:
         check_trigger(config, config.trigger_interval_ms, f"option {TRIGGER}")
-    check_producer_config(config)
-    with ControlClient(config.control_config()) as control:
-        startup_guards.check_at_start(control, config.producer_config, config.transaction_timeout_ms)
+    try:
+        check_producer_config(config)
+        with ControlClient(config.control_config()) as control:
+            startup_guards.check_at_start(control, config.producer_config,
+                                          config.transaction_timeout_ms)
+    except OAuthTokenError as exc:
+        raise spark_named(exc) from exc.__cause__
     if streaming and not config.source_rate_limited:
         _log.warning(
             "twopc: a transaction stays open for the whole micro-batch plus its commit (%s=%d ms). "

@@ -37,6 +37,10 @@ UNCONDITIONAL = "twopc.allowUnconditionalCreate"
 RATE_LIMITED = "twopc.sourceRateLimited"
 SOURCE_OFFSETS = "twopc.commitSourceOffsets"
 REPAIR = "twopc.repairPolicy"
+# "module:function" returning (token, expiry) for sasl.mechanism=OAUTHBEARER, on the driver and
+# every executor (twopc/control/oauth.py); it travels in the producer config as
+# twopc.oauth.token.provider, which librdkafka never sees.
+OAUTH_TOKEN_PROVIDER = "twopc.oauthTokenProvider"
 METRICS_PORT = "twopc.metricsPort"
 JOB_LEASE = "twopc.jobLeaseMs"
 TRIGGER = "twopc.triggerIntervalMs"
@@ -77,7 +81,8 @@ _KNOWN = {
     name.lower(): name
     for name in (
         CHECKPOINT, PREFIX, TIMEOUT, JOB_ID, SLOTS, MARGIN, BUDGET, STORAGE_OPTIONS, UNCONDITIONAL,
-        RATE_LIMITED, SOURCE_OFFSETS, REPAIR, METRICS_PORT, JOB_LEASE, TRIGGER, TOPIC,
+        RATE_LIMITED, SOURCE_OFFSETS, REPAIR, OAUTH_TOKEN_PROVIDER, METRICS_PORT, JOB_LEASE,
+        TRIGGER, TOPIC,
         SPARK_CHECKPOINT,
     )
 }
@@ -255,6 +260,17 @@ def parse_options(options: Mapping[str, Any], *, streaming: bool) -> SinkConfig:
     for key, why in _FORBIDDEN_KAFKA.items():
         if key in producer:
             raise OptionError(f"option kafka.{key} is not allowed: {why}")
+    provider = lowered.get(OAUTH_TOKEN_PROVIDER.lower())
+    if provider is not None:
+        from twopc.control.oauth import TOKEN_PROVIDER_KEY
+
+        if str(producer.get("sasl.mechanism", producer.get("sasl.mechanisms", ""))).upper() \
+                != "OAUTHBEARER":
+            raise OptionError(f"option {OAUTH_TOKEN_PROVIDER} needs kafka.sasl.mechanism=OAUTHBEARER")
+        producer[TOKEN_PROVIDER_KEY] = str(provider).strip()
+    if "oauth_cb" in producer:
+        raise OptionError(f"option kafka.oauth_cb cannot be a string: use {OAUTH_TOKEN_PROVIDER}="
+                          "module:function")
     if not producer.get("bootstrap.servers"):
         raise OptionError("option kafka.bootstrap.servers is required (the Kafka cluster to write to)")
 
