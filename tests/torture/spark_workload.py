@@ -123,8 +123,14 @@ class _SparkJob:
         self.partly: set[str] = set()  # ids of batches resolved by the operator after a loss
         self.reported_lost = 0  # records twopc recorded as lost (aborted part of a partial batch)
         self.changed_reruns = 0
+        self.live: list[DriverProcess] = []  # drivers started and not yet ended (close kills them)
 
     def close(self) -> None:
+        # A driver still running when the schedule ends early (the long run stopped by SIGTERM
+        # mid-run: SystemExit is no Exception) leads its own session: kill it, or it outlives us.
+        for proc in self.live:
+            proc.close()
+        self.live.clear()
         clear_control(self.faults_file)
         self.control.close()
 
@@ -161,6 +167,7 @@ class _SparkJob:
         full_env = {CONTROL_ENV: self.faults_file, cf.CONTROL_ENV: self.requests_file,
                     "PYSPARK_PYTHON": sys.executable, **(env or {})}
         proc = DriverProcess(argv, self.workdir / f"run{index}.err", full_env)
+        self.live.append(proc)
         out: list[str] = []
         threading.Thread(target=lambda: out.extend(proc.lines()), daemon=True).start()
         return index, proc, out
@@ -171,6 +178,7 @@ class _SparkJob:
         except Exception:  # subprocess.TimeoutExpired: a stuck job is a finding
             rc = None
         proc.close()
+        self.live.remove(proc)
         stderr = proc.stderr_path.read_text(errors="replace")
         run = Run(index, self.runs[index].label, rc, any(line.startswith("RESULT ") for line in out),
                   stderr, time.monotonic() - began)
