@@ -88,6 +88,7 @@ class CommitReport:
     recovery: RecoveryReport | None = None
     figures: observe.BatchFigures | None = None  # what was logged (observe.metrics for Spark)
     notes: list[str] = field(default_factory=list)  # what else the caller should know
+    copied_records: int = 0  # COPIED: the records the copies made visible (not the re-run's)
 
 
 @dataclass
@@ -229,6 +230,7 @@ class Coordinator:
             offsets = None
         report = self._commit_fresh(call, state.batch, done.copies, offsets)
         report.status = CommitStatus.COPIED
+        report.copied_records = done.records
         report.duplicates = done.duplicates
         report.recovery = recovery
         return report

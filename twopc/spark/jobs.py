@@ -46,7 +46,8 @@ class JobReport:
     rows: int  # records this run made visible
     transactions: int  # Kafka transactions this run committed
     # The commit's status (CommitReport.status): "committed" (all of the job, by this run),
-    # "repaired" (the part an earlier, partly committed run had not made visible), "empty" (no
+    # "repaired" (the part an earlier, partly committed run had not made visible), "copied" (what
+    # an earlier run decided and the broker aborted, from the topic's copy), "empty" (no
     # rows), "already_committed" (by an earlier or a concurrent run: nothing of this run is visible).
     status: str
     # What else happened, e.g. that another driver finished committing this run's transactions.
@@ -68,6 +69,11 @@ class JobReport:
             return (f"job {self.job_id}: {self.rows} rows committed in {self.transactions} "
                     "transactions, the part that a partly committed earlier run had not made "
                     "visible (a repair: its visible partitions were not written again)")
+        if self.status == "copied":
+            return (f"job {self.job_id}: {self.rows} rows committed in {self.transactions} "
+                    "transactions, copied forward from the topic's own copy of what an earlier "
+                    "run had decided to commit and the broker aborted (twopc.repairPolicy); this "
+                    "run's rows were fenced, not written")
         if self.status == "empty":
             return f"job {self.job_id}: no rows; committed as an empty job"
         return f"job {self.job_id}: {self.rows} rows committed in {self.transactions} transactions"
@@ -76,6 +82,9 @@ class JobReport:
 def job_report(job_id: str, commit: CommitReport, results: Sequence[WriteResult]) -> JobReport:
     """Count only the transactions that the commit says this run committed (a duplicate of a
     visible partition, or of a job another run committed first, was fenced, not committed)."""
+    if commit.status == "copied":  # the copies are visible, this run's rows fenced
+        return JobReport(job_id, commit.copied_records, len(commit.committed), commit.status,
+                         "; ".join(commit.notes))
     committed = set(commit.committed)
     mine = [r for r in results if r.handle is not None and r.handle.transactional_id in committed]
     return JobReport(job_id, sum(r.rows for r in mine), len(mine), commit.status,
