@@ -244,3 +244,56 @@ def test_copy_forward_moves_the_source_offsets_only_with_every_record(
         (source, 0): 20, (source, 1): 9}
     scenario.expect("1")  # the originals, every partition exactly once; no "-rerun" row
     scenario.audit()
+
+
+@pytest.mark.parametrize("policy", [RepairPolicy.AUTO, RepairPolicy.COPY])
+def test_a_rerun_that_reproduces_only_the_visible_part_is_not_committed_for_the_lost_one(
+        policy: RepairPolicy, scenario: Scenario, control: ControlClient) -> None:
+    """Partitions 0-2 visible, partition 3 decided and aborted by the timeout. The re-run
+    reproduces 0-2 exactly but partition 3 with other rows: the decided records of partition 3
+    are copied forward, not replaced by the re-run's (found by review: the re-run repair
+    committed them, silently, even under `copy`)."""
+    decided_then_timed_out(scenario, control, (3,))
+    rerun = scenario.write_real("0", [rich(scenario, "0", p) for p in range(3)]
+                                + [rich(scenario, "0", 3, tag="-rerun")])
+    assert rerun is not None
+    report = driver(scenario, control, policy).commit("0", rerun)
+    assert report.status == "copied", report
+    scenario.expect("0")
+    scenario.audit()
+    assert_records_exact(scenario)
+
+
+def test_a_superseded_intent_is_not_copied_beside_the_later_one(
+        scenario: Scenario, control: ControlClient) -> None:
+    """Intent 1 (Spark partitions 0-3) aborted by the timeout; the re-run, committed afresh under
+    `rerun`, holds the same rows in partitions 0-2 (partition 3's rows in partition 1: another
+    partitioning); its intent is aborted by the timeout too. The next run (auto) copies intent 2's
+    transactions only (found by review: intent 1's partition 3 came back beside them, twice)."""
+    first = scenario.write_real("0", [scenario.txn("0", p) for p in range(4)],
+                                timeout_ms=SHORT_MS)
+    assert first is not None
+    assert scenario.drive("commit", "0", first, crash_at="coordinator.after_intent",
+                          margin_ms=200) == {"killed": True}
+    wait_not_ongoing(control, handles_of(first))
+    [b] = scenario.driver(control).recover().batches
+    assert b.outcome is BatchOutcome.ABORTED
+
+    def repartitioned() -> list[dict[str, object]]:
+        return [scenario.txn("0", 0),
+                {**scenario.txn("0", 1), "ids": scenario.ids("0", 1) + scenario.ids("0", 3)},
+                scenario.txn("0", 2)]
+
+    second = scenario.write_real("0", repartitioned(), timeout_ms=SHORT_MS)
+    assert second is not None
+    assert scenario.drive("commit", "0", second, crash_at="coordinator.after_intent",
+                          margin_ms=200, repair_policy="rerun") == {"killed": True}
+    wait_not_ongoing(control, handles_of(second))
+    [b] = scenario.driver(control).recover().batches
+    assert b.outcome is BatchOutcome.ABORTED
+    third = scenario.write_real("0", repartitioned())
+    assert third is not None
+    report = driver(scenario, control).commit("0", third)
+    assert report.status == "copied" and len(report.committed) == 3, report
+    scenario.expect("0")
+    scenario.audit()  # every row of the batch exactly once

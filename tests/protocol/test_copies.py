@@ -15,12 +15,14 @@ from tests.protocol.test_decisions import KINDS, _record
 from twopc.control import Ending, ReadProblem, Record, SpanRecords
 from twopc.errors import InconsistentLog
 from twopc.protocol.copies import (
+    TRANSIENT_PROBLEMS,
     CopyCheck,
     RepairAction,
     RepairPolicy,
     decide_repair,
     parse_policy,
     plan_copy,
+    rerun_replaces_lost,
     verify_copy,
 )
 from twopc.protocol.handle import Handle, PartitionSpan
@@ -37,11 +39,13 @@ def test_lost_follows_partial_aborted_and_the_repairs() -> None:
     a, b, c = h(0), h(1), h(2)
     state = fold([(0, Prepared("5", (a, b, c))), (1, Partial("5", 0, ("q-0-0",), ("q-1-0", "q-2-0")))])
     assert state.batch("5").lost == {1: b, 2: c}
-    # A repair intent that aborts: its handles are lost too (decided, then aborted).
+    # A repair intent that aborts: its handles are lost (decided, then aborted), and they alone:
+    # the repair intent decided anew what the batch's non-visible part holds (its re-run, chosen
+    # instead of a copy, may hold partition 2's rows in partition 1).
     b2 = h(1, 1)
     state = fold([(0, Prepared("5", (a, b, c))), (1, Partial("5", 0, ("q-0-0",), ("q-1-0", "q-2-0"))),
                   (2, Prepared("5", (b2,))), (3, Aborted("5", (b2,), "timeout", 2))])
-    assert state.batch("5").lost == {1: b2, 2: c}
+    assert state.batch("5").lost == {1: b2}
     # ...and one that commits part of it leaves the rest lost; one that commits ends it.
     c2 = h(2, 1)
     state = fold([(0, Prepared("5", (a, b, c))), (1, Partial("5", 0, ("q-0-0",), ("q-1-0", "q-2-0"))),
@@ -77,14 +81,17 @@ def test_lost_is_never_visible_and_always_decided(steps: list[tuple[str, str, bo
         records.append((seq, rec))
         if kind == "prepared":
             intents[batch] = seq
-        decided = {x for _, r in records if isinstance(r, Prepared) for x in r.handles}
         for b in state.batches.values():
+            # Only the batch's last intent can have lost handles: a new intent supersedes the
+            # earlier ones' (review of issue 31 B: copying both could show a row twice).
+            last = next((r.handles for _, r in reversed(records)
+                         if isinstance(r, Prepared) and r.batch == b.batch), ())
             assert not set(b.lost) & set(b.committed)
-            assert set(b.lost.values()) <= decided
+            assert set(b.lost.values()) <= set(last)
             if b.status in (BatchStatus.COMMITTED, BatchStatus.NONE):
                 assert not b.lost
             if b.lost:
-                assert b.status in (BatchStatus.PARTIAL, BatchStatus.ABORTED, BatchStatus.PREPARED)
+                assert b.status in (BatchStatus.PARTIAL, BatchStatus.ABORTED)
 
 
 def test_plan_copy() -> None:
@@ -143,8 +150,9 @@ def test_verified_only_when_everything_matches(handle: Handle, ending: Ending, e
 
 def test_decide_repair_is_exhaustive() -> None:
     good, bad = CopyCheck(h(0)), CopyCheck(h(1), ("gone",))
+    later = CopyCheck(h(1), ("the fetch failed",), transient=True)
     for policy, checks in itertools.product(RepairPolicy, itertools.chain.from_iterable(
-            itertools.combinations_with_replacement([good, bad], n) for n in range(3))):
+            itertools.combinations_with_replacement([good, bad, later], n) for n in range(3))):
         d = decide_repair(policy, checks)
         all_good = bool(checks) and all(c.verified for c in checks)
         if policy is RepairPolicy.RERUN:
@@ -152,7 +160,9 @@ def test_decide_repair_is_exhaustive() -> None:
         elif all_good:
             assert d.action is RepairAction.COPY and not d.reasons
         else:
-            expect = RepairAction.FAIL if policy is RepairPolicy.COPY else RepairAction.RERUN
+            # auto falls back to the re-run only when nothing may verify on a later try.
+            expect = (RepairAction.FAIL if policy is RepairPolicy.COPY or later in checks
+                      else RepairAction.RERUN)
             assert d.action is expect and d.reasons
             if bad in checks:
                 assert any("q-1-0" in r and "gone" in r for r in d.reasons)
@@ -162,3 +172,40 @@ def test_parse_policy() -> None:
     assert parse_policy(" Copy ") is RepairPolicy.COPY
     with pytest.raises(ValueError, match="auto, copy, rerun"):
         parse_policy("always")
+
+
+def test_transient_read_problems_are_marked() -> None:
+    a = h(3)
+    for problem in ReadProblem:
+        check = verify_copy(a, reads(a, problem=problem), None)
+        assert not check.verified and check.transient == (problem in TRANSIENT_PROBLEMS)
+
+
+def test_a_superseded_intents_lost_handles_are_not_copied() -> None:
+    """Intent 1 (Spark partitions 0-2) aborted by the timeout; the re-run, committed afresh (policy
+    rerun, or a copy that could not verify), holds the same rows in partitions 0 and 1 and is
+    aborted too: only intent 2's handles may be copied (found by review: intent 1's partition 2
+    copied beside them showed its rows twice)."""
+    a, b, c = h(0), h(1), h(2)
+    a2, b2 = h(0, 1), h(1, 1)
+    state = fold([(0, Prepared("5", (a, b, c))), (1, Aborted("5", (a, b, c), "timeout", 0)),
+                  (2, Prepared("5", (a2, b2))), (3, Aborted("5", (a2, b2), "timeout", 2))]
+                 ).batch("5")
+    plan = plan_copy(state, (), RepairPolicy.COPY)
+    assert plan is not None and plan.sources == (a2, b2)
+
+
+def test_a_rerun_that_differs_on_a_lost_partition_wants_the_copy() -> None:
+    """A partly visible batch whose re-run reproduces the visible part but not a lost partition
+    (other rows, or none): the re-run repair would replace decided records (found by review)."""
+    a, b = h(0), h(1)
+    state = fold([(0, Prepared("5", (a, b))), (1, Partial("5", 0, ("q-0-0",), ("q-1-0",)))]
+                 ).batch("5")
+    same = (h(0, 1), replace(h(1, 1), checksum=b.checksum))
+    assert not rerun_replaces_lost(state, same, RepairPolicy.AUTO)
+    assert rerun_replaces_lost(state, same, RepairPolicy.COPY)
+    assert not rerun_replaces_lost(state, same, RepairPolicy.RERUN)
+    other = (h(0, 1), replace(h(1, 1), checksum="other"))
+    assert rerun_replaces_lost(state, other, RepairPolicy.AUTO)
+    assert rerun_replaces_lost(state, (h(0, 1),), RepairPolicy.AUTO)  # no transaction for it
+

@@ -40,7 +40,7 @@ from twopc.errors import (
     TwopcError,
 )
 from twopc.protocol.clock import check_before_intent, warn_clock_outliers
-from twopc.protocol.copies import RepairPolicy, plan_copy
+from twopc.protocol.copies import RepairPolicy, plan_copy, rerun_replaces_lost
 from twopc.protocol.enums import TextEnum
 from twopc.protocol.handle import Handle, ResultKind, WriteResult
 from twopc.protocol.log_records import Aborted, Committed, Duplicates, Prepared
@@ -166,8 +166,10 @@ class Coordinator:
                 return CommitReport(batch, CommitStatus.ALREADY_COMMITTED, duplicates=dups,
                                     orphans=swept, recovery=recovery)
             # Copy-forward (copy_forward.py): what was decided and aborted, from the log's copy.
-            copy = (plan_copy(state, handles, self.settings.repair.policy)
-                    if plan.losses or state.status is BatchStatus.ABORTED else None)
+            policy = self.settings.repair.policy
+            copy = (plan_copy(state, handles, policy)
+                    if plan.losses or state.status is BatchStatus.ABORTED
+                    or rerun_replaces_lost(state, handles, policy) else None)
             not_copied: tuple[str, ...] = ()
             if copy is not None:
                 try:

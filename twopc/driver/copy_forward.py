@@ -101,7 +101,8 @@ def check_sources(call: DriverCall, plan: CopyPlan
             check = verify_copy(source, got, checksum)
             why = held.get(source.transactional_id)
             if why is not None and check.verified:
-                check = CopyCheck(source, (f"its transactional id is in use: {why}",))
+                check = CopyCheck(source, (f"its transactional id is in use: {why}",),
+                                  transient=True)
             checks.append(check)
             reads[source.transactional_id] = got
     return checks, reads

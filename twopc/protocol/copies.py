@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from checkpoint.redact import redacted_repr
-from twopc.control import Ending, SpanRecords
+from twopc.control import Ending, ReadProblem, SpanRecords
 from twopc.protocol.enums import TextEnum
 from twopc.protocol.handle import Handle
 from twopc.protocol.state import BatchState, BatchStatus
@@ -68,12 +68,35 @@ def plan_copy(state: BatchState, rerun: Sequence[Handle], policy: RepairPolicy) 
     return CopyPlan(state.batch, sources, tuple(rerun))
 
 
+def rerun_replaces_lost(state: BatchState, rerun: Sequence[Handle], policy: RepairPolicy) -> bool:
+    """Would the re-run repair of a partly visible batch commit other records than were decided
+    for a lost partition? True when the re-run has no transaction for a lost Spark partition, or
+    one whose count or checksum differs from the lost handle's (a non-deterministic source, a
+    rewritten file): then only a copy keeps what was decided. Under `copy` always (when anything
+    was lost): that policy never takes the re-run's rows."""
+    if policy is RepairPolicy.RERUN or not state.lost:
+        return False
+    if policy is RepairPolicy.COPY:
+        return True
+    again = {h.task_partition: h for h in rerun}
+    return any(p not in again or (again[p].record_count, again[p].checksum)
+               != (h.record_count, h.checksum) for p, h in state.lost.items())
+
+
+# What may verify a moment later: a fetch that failed (a leader away, retries spent), a marker not
+# yet written (pass 1 takes PrepareAbort as aborted before the markers land), an id held for now.
+TRANSIENT_PROBLEMS: frozenset[ReadProblem] = frozenset({ReadProblem.FETCH_ERROR,
+                                                        ReadProblem.NO_MARKER})
+
+
 @dataclass(frozen=True)
 class CopyCheck:
-    """Whether what the log holds of `handle` is exactly what it wrote; `problems` say why not."""
+    """Whether what the log holds of `handle` is exactly what it wrote; `problems` say why not.
+    `transient`: some problem may pass on a later try (TRANSIENT_PROBLEMS, an id in use)."""
 
     handle: Handle
     problems: tuple[str, ...] = ()
+    transient: bool = False
 
     @property
     def verified(self) -> bool:
@@ -85,6 +108,7 @@ def verify_copy(handle: Handle, reads: Sequence[SpanRecords], checksum: str | No
     whole to an abort marker, each span's count, the total count, and `checksum` (of all records
     read, computed as the writer does; None when not computed) against the handle's."""
     problems: list[str] = []
+    transient = False
     by_span: Mapping[tuple[str, int, int], SpanRecords] = {
         (r.topic, r.partition, r.first_offset): r for r in reads}
     total = 0
@@ -96,6 +120,7 @@ def verify_copy(handle: Handle, reads: Sequence[SpanRecords], checksum: str | No
             continue
         if read.problem is not None:
             problems.append(read.describe())
+            transient = transient or read.problem in TRANSIENT_PROBLEMS
             continue
         if read.ending is not Ending.ABORTED:
             problems.append(f"{where}: the transaction ended "
@@ -110,7 +135,7 @@ def verify_copy(handle: Handle, reads: Sequence[SpanRecords], checksum: str | No
         elif checksum != handle.checksum:
             problems.append(f"the records' checksum {checksum} is not the handle's "
                             f"{handle.checksum}")
-    return CopyCheck(handle, tuple(problems))
+    return CopyCheck(handle, tuple(problems), transient)
 
 
 class RepairAction(TextEnum):
@@ -127,7 +152,10 @@ class RepairDecision:
 
 def decide_repair(policy: RepairPolicy, checks: Sequence[CopyCheck]) -> RepairDecision:
     """Copy only when every lost handle verifies (a batch is copied whole or not at all: a half
-    copy and a half re-run could hold a row twice or not at all)."""
+    copy and a half re-run could hold a row twice or not at all). Under `auto` the re-run repair
+    takes over only when the records are proven unusable (gone, other records): a problem that
+    may pass later fails the attempt instead, so that a momentary fetch error never puts a
+    re-run's rows in place of what was decided; the next attempt reads again."""
     if policy is RepairPolicy.RERUN:
         return RepairDecision(RepairAction.RERUN)
     reasons = tuple(f"{c.handle.transactional_id} (Spark partition {c.handle.task_partition}): "
@@ -136,7 +164,7 @@ def decide_repair(policy: RepairPolicy, checks: Sequence[CopyCheck]) -> RepairDe
         reasons = ("nothing to copy",)
     if not reasons:
         return RepairDecision(RepairAction.COPY)
-    if policy is RepairPolicy.COPY:
+    if policy is RepairPolicy.COPY or any(c.transient for c in checks):
         return RepairDecision(RepairAction.FAIL, reasons)
     return RepairDecision(RepairAction.RERUN, reasons)
 

@@ -68,7 +68,8 @@ class BatchState:
     offsets: SourceOffsets | None = None  # the last intent's source offsets (and their carrier)
     # Spark partition -> the handle of a decided intent that the broker aborted, for the partitions
     # not visible: its records stay in the log until retention, and copy-forward can commit them
-    # again (protocol/copies.py). Empty once the batch commits or an operator resolves it.
+    # again (protocol/copies.py). Empty once the batch commits or an operator resolves it, and
+    # reset by each new intent (which decides anew what the batch's non-visible part holds).
     lost: Mapping[int, Handle] = field(default_factory=dict)
 
     @property
@@ -270,8 +271,12 @@ def _next(cur: BatchState, seq: int, rec: LogRecord, url: str, start: int) -> Ba
         # A repair's intent carries no source offsets when the visible part's carrier already
         # committed them: the batch keeps those.
         kept = cur.offsets if cur.status is _PA else None
+        # A new intent is the batch's decision about everything not visible: the lost handles of
+        # earlier intents are superseded by it (a re-run chosen instead of a copy may hold their
+        # rows, repartitioned: copying them too would show them twice). If this intent is lost
+        # in turn, its own handles are what copy-forward copies.
         return replace(cur, status=nxt, intent_seq=seq, intent=rec.handles,
-                       before_intent=cur.status, offsets=rec.offsets or kept)
+                       before_intent=cur.status, offsets=rec.offsets or kept, lost={})
     if step is Step.COMMIT:
         return replace(cur, status=nxt, committed={**cur.committed, **by_partition(cur.intent)})
     if step is Step.PARTIAL:
