@@ -291,8 +291,17 @@ def _next(cur: BatchState, seq: int, rec: LogRecord, url: str, start: int) -> Ba
 
 def _lost(cur: BatchState, aborted: Iterable[Handle],
           committed: Mapping[int, Handle]) -> dict[int, Handle]:
-    """The decided handles the broker aborted, by Spark partition, for partitions not visible."""
-    lost = {**cur.lost, **by_partition(aborted)}
+    """The decided handles the broker aborted, by Spark partition, for partitions not visible.
+
+    An intent recorded while nothing of the batch was visible (a fresh commit, or the copy of a
+    wholly aborted one) names all of the batch: what an earlier attempt left lost is then
+    forgotten, not kept beside it. That attempt may hold the same rows under another partitioning
+    (the partition count changed between the runs) or other rows (a source that cannot replay):
+    copied beside the later attempt's, rows would be visible twice. A repair or copy recorded
+    while the batch was partly visible keeps its partitioning and names only the rest of it:
+    its handles replace the earlier ones partition by partition."""
+    earlier = cur.lost if cur.before_intent is BatchStatus.PARTIAL else {}
+    lost = {**earlier, **by_partition(aborted)}
     return {p: h for p, h in lost.items() if p not in committed}
 
 
