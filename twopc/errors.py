@@ -145,6 +145,32 @@ class QueryMismatch(TwopcError):
         )
 
 
+class PrefixChanged(QueryMismatch):
+    """The log was written under another transactional id prefix than the one given now: its
+    intents, held ids and whatever its runs left open are under the old prefix, which a run under
+    the new one neither settles nor sweeps. Refused before anything is sent or appended."""
+
+    def __init__(self, url: str, bound: str, given: str, old_prefix: str,
+                 new_prefix: str) -> None:
+        url = redact_url(url)
+        self.url = url
+        self.bound = bound
+        self.given = given
+        self.old_prefix = old_prefix
+        self.new_prefix = new_prefix
+        Exception.__init__(self, (
+            f"the checkpoint log {url} was written by {bound}, and this run has "
+            f"twopc.transactionalIdPrefix {new_prefix!r}. Its transactions, and any a crashed "
+            f"run left open, are under prefix {old_prefix!r}: a run under {new_prefix!r} would "
+            "neither settle nor fence them, so nothing was done. Restart with "
+            f"twopc.transactionalIdPrefix={old_prefix} (recovery then settles what the log "
+            "names). A new prefix needs a twopc.checkpoint of its own, which knows nothing of "
+            "this log's batches and job ids: settle this log first (`twopc recover "
+            f"--checkpoint {url}` takes the prefix from the log), then give the new prefix a "
+            "new twopc.checkpoint together with a fresh Spark checkpointLocation (a query) or "
+            "job ids of its own (batch jobs), or the last batches could be written twice"))
+
+
 class JobFamilyBusy(TwopcError):
     """Another batch job of the same family (prefix and checkpoint log) is running: this one was
     refused before it wrote or settled anything."""

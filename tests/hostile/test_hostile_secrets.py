@@ -14,7 +14,7 @@ import checkpoint.errors as ce
 from checkpoint import open_log
 from checkpoint.redact import is_secret_key, redact_url
 from twopc.control.config import settings_from_config
-from twopc.errors import InconsistentLog, LogOwnershipLost, QueryMismatch
+from twopc.errors import InconsistentLog, LogOwnershipLost, PrefixChanged, QueryMismatch
 from twopc.spark.errors import OptionError
 from twopc.spark.options import parse_options
 
@@ -117,7 +117,7 @@ def test_errors_never_echo_url_credentials(secret: str) -> None:
         ce.LogNotFound(url), ce.LogCorrupt(url, "x"), ce.RecordMissing(url, 1, 0, 3),
         ce.RecordPurged(url, 1, 2), ce.InvalidPurge(url, 3, 1), ce.RecordBeyondEnd(url, 9, 1),
         ce.AppendGap(url, 4), InconsistentLog(url, 2, "bad"), LogOwnershipLost(url, 2),
-        QueryMismatch(url, "a", "b")]
+        QueryMismatch(url, "a", "b"), PrefixChanged(url, "a", "b", "p", "q")]
     for exc in errors:
         assert secret not in str(exc) and secret not in repr(exc), type(exc).__name__
         assert "s3://AKIAUSER:***@bucket/chk" in str(exc), str(exc)

@@ -1,14 +1,15 @@
 """A Spark driver run as its own process (own process group), for tests that kill or retry it.
 
     python spark_driver.py batch  CONFIG_JSON   # df.write.format("kafka2pc") of N rows
-    python spark_driver.py stream CONFIG_JSON   # JSON files -> kafka2pc, availableNow, 4 partitions
+    python spark_driver.py stream CONFIG_JSON   # JSON files -> kafka2pc, availableNow, "partitions"
     python spark_driver.py kafka  CONFIG_JSON   # Kafka topic -> kafka2pc + commitSourceOffsets
     python spark_driver.py job    CONFIG_JSON   # write_exactly_once of the batch rows; prints its report
     python spark_driver.py parity CONFIG_JSON   # one frame through format("kafka") and kafka2pc
 
 CONFIG_JSON: {"master", "bootstrap", "topic", "checkpoint", "prefix", "rows" | "source",
 "spark_checkpoint", "job_id", "first", "partitions", "options"}; batch rows are ids
-first..first+rows-1 (first: 0 by default) in "partitions" partitions (4); "options" (optional) adds or
+first..first+rows-1 (first: 0 by default) in "partitions" partitions (4), and a stream
+repartitions its rows to "partitions" (4); "options" (optional) adds or
 overrides sink options. "master": "spark-submit" takes the master and the driver's settings from
 spark-submit (tests on a standalone cluster: tests/spark/test_cluster.py).
 Prints one line `RESULT <json>` on success.
@@ -97,7 +98,7 @@ def main() -> None:
                 spark.readStream.schema("value string")
                 .option("maxFilesPerTrigger", 1)
                 .json(cfg["source"])
-                .repartition(4)
+                .repartition(cfg.get("partitions", 4))
                 .writeStream.format("kafka2pc")
                 .options(**options)
                 .option("checkpointLocation", cfg["spark_checkpoint"])

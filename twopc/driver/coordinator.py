@@ -52,7 +52,7 @@ from twopc.protocol.offsets import (
     needs_offsets,
 )
 from twopc.protocol.owner import Owner, OwnerKind
-from twopc.protocol.plans import CommitAction, plan_abort, plan_commit
+from twopc.protocol.plans import CommitAction, partitioning_note, plan_abort, plan_commit
 from twopc.protocol.state import BatchState, BatchStatus, TxnKey, txn_key
 from twopc.protocol.verdicts import BatchOutcome, Fate, Verdict, fate_of_end_txn
 
@@ -185,8 +185,10 @@ class Coordinator:
             if plan.losses:
                 call.fence_recorded(Aborted(
                     batch, tuple(handles), "the re-run differs from the visible data", None))
-                raise DataLossError(batch, plan.losses, "not copied forward: "
-                                    + "; ".join(not_copied)[:1000] if not_copied else "")
+                detail = [partitioning_note(state, len(results))]
+                if not_copied:
+                    detail.append("not copied forward: " + "; ".join(not_copied)[:1000])
+                raise DataLossError(batch, plan.losses, "; ".join(d for d in detail if d))
             dups = call.fence_recorded(Duplicates(
                 batch, tuple(h.transactional_id for h in plan.duplicates)))
             if plan.action is CommitAction.REPAIR and not needs_offsets(

@@ -16,7 +16,7 @@ from typing import Any
 
 from checkpoint import KeyExists, Log, RecordBeyondEnd, RecordExists
 from checkpoint.memo import Memo
-from twopc.errors import InconsistentLog, LogOwnershipLost, QueryMismatch
+from twopc.errors import InconsistentLog, LogOwnershipLost, PrefixChanged, QueryMismatch
 from twopc.protocol.log_records import (
     LogRecord,
     RecordFormatError,
@@ -100,7 +100,8 @@ def read_binding(log: Log) -> Owner | None:
 
 
 def check_binding(log: Log, wanted: Owner, *, create: bool) -> bool:
-    """Raise QueryMismatch if the log is bound to something else; bind it if `create`.
+    """Raise QueryMismatch if the log is bound to something else (PrefixChanged: to the same
+    query or job family under another prefix); bind it if `create`.
     Returns whether the log is bound (to `wanted`)."""
     found = read_binding(log)
     if found is None and create:
@@ -111,6 +112,9 @@ def check_binding(log: Log, wanted: Owner, *, create: bool) -> bool:
             found = read_binding(log)  # another driver bound it meanwhile: compare with theirs
     if found is None:
         return False
+    if found != wanted and found.renamed_to(wanted):
+        raise PrefixChanged(log.url, found.describe(), wanted.describe(), found.prefix,
+                            wanted.prefix)
     if found != wanted:
         raise QueryMismatch(log.url, found.describe(), wanted.describe())
     return True

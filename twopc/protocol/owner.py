@@ -43,6 +43,14 @@ class Owner:
         """Batch jobs of one prefix share a log; each job id is a batch of it."""
         return cls(OwnerKind.JOB, prefix, prefix)
 
+    def renamed_to(self, given: Owner) -> bool:
+        """Whether `given` is this owner under another transactional id prefix: the same query,
+        or (batch jobs, whose family is the prefix) jobs of the same kind. The log's pool, its
+        intents and what its runs left open are under this owner's prefix, which a run under
+        another one would neither settle nor sweep (docs/design.md section 5)."""
+        same = self.kind is OwnerKind.JOB or self.owner_id == given.owner_id
+        return self.kind is given.kind and same and self.prefix != given.prefix
+
     def describe(self) -> str:
         return f"{self.kind.value} {self.owner_id!r} (prefix {self.prefix!r})"
 

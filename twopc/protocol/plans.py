@@ -2,6 +2,7 @@
 
     commit(b, handles)  ──plan_commit──> already committed / recover first / repair / fresh
     partial batch + re-run ──plan_repair──> duplicates, to commit, or the losses
+    partial batch + the re-run's partition count ──partitioning_note──> why it differs, if known
     abort(b, handles) ──plan_abort──> roll the open intent forward first?, the handles to fence
     the pool's open ids ──unnamed_open──> the orphans every `committed` record names, then fenced
     a batch job's state + the job-id index ──job_state──> committed if either says so
@@ -80,6 +81,28 @@ def plan_repair(committed: Mapping[int, Handle], rerun: Sequence[Handle]) -> Com
     return CommitPlan(CommitAction.REPAIR,
                       to_commit=tuple(h for h in rerun if h.task_partition not in committed),
                       duplicates=tuple(h for h in rerun if h.task_partition in committed))
+
+
+def partitioning_note(state: BatchState, rerun_partitions: int) -> str:
+    """Why a re-run may not reproduce a partly visible batch although its source is deterministic:
+    its Spark partition count is not the one the batch was decided with (a changed
+    `repartition(n)`, source or shuffle partitioning), which `plan_repair`'s per-partition proof
+    cannot bridge. Only the decided partitions that held records are known: a re-run with fewer
+    partitions than the highest of them proves the change, one with more may be one. "" when
+    nothing says so."""
+    decided = sorted({*state.committed, *state.lost})
+    if not decided or rerun_partitions <= 0:
+        return ""
+    if decided[-1] >= rerun_partitions:
+        change = f"the partition count changed (it was at least {decided[-1] + 1})"
+    elif decided[-1] + 1 < rerun_partitions:
+        change = "the partition count may have changed"
+    else:
+        return ""
+    return (f"the re-run has {rerun_partitions} Spark partitions and the batch was decided with "
+            f"records in Spark partitions {decided}: {change}. A re-run repairs a partly "
+            "committed batch only with the partitioning it was decided with: restore it, or let "
+            "copy-forward repair the batch from the log's copy (twopc.repairPolicy=auto or copy)")
 
 
 def plan_abort(state: BatchState, handles: Sequence[Handle]) -> tuple[bool, tuple[Handle, ...]]:

@@ -68,8 +68,8 @@ class BatchState:
     offsets: SourceOffsets | None = None  # the last intent's source offsets (and their carrier)
     # Spark partition -> the handle of a decided intent that the broker aborted, for the partitions
     # not visible: its records stay in the log until retention, and copy-forward can commit them
-    # again (protocol/copies.py). Empty once the batch commits or an operator resolves it, and
-    # reset by each new intent (which decides anew what the batch's non-visible part holds).
+    # again (protocol/copies.py). Empty once the batch commits or an operator resolves it; an
+    # intent recorded while nothing was visible replaces it when it is lost in turn (`_lost`).
     lost: Mapping[int, Handle] = field(default_factory=dict)
 
     @property
@@ -271,12 +271,8 @@ def _next(cur: BatchState, seq: int, rec: LogRecord, url: str, start: int) -> Ba
         # A repair's intent carries no source offsets when the visible part's carrier already
         # committed them: the batch keeps those.
         kept = cur.offsets if cur.status is _PA else None
-        # A new intent is the batch's decision about everything not visible: the lost handles of
-        # earlier intents are superseded by it (a re-run chosen instead of a copy may hold their
-        # rows, repartitioned: copying them too would show them twice). If this intent is lost
-        # in turn, its own handles are what copy-forward copies.
         return replace(cur, status=nxt, intent_seq=seq, intent=rec.handles,
-                       before_intent=cur.status, offsets=rec.offsets or kept, lost={})
+                       before_intent=cur.status, offsets=rec.offsets or kept)
     if step is Step.COMMIT:
         return replace(cur, status=nxt, committed={**cur.committed, **by_partition(cur.intent)})
     if step is Step.PARTIAL:
@@ -296,8 +292,17 @@ def _next(cur: BatchState, seq: int, rec: LogRecord, url: str, start: int) -> Ba
 
 def _lost(cur: BatchState, aborted: Iterable[Handle],
           committed: Mapping[int, Handle]) -> dict[int, Handle]:
-    """The decided handles the broker aborted, by Spark partition, for partitions not visible."""
-    lost = {**cur.lost, **by_partition(aborted)}
+    """The decided handles the broker aborted, by Spark partition, for partitions not visible.
+
+    An intent recorded while nothing of the batch was visible (a fresh commit, or the copy of a
+    wholly aborted one) names all of the batch: what an earlier attempt left lost is then
+    forgotten, not kept beside it. That attempt may hold the same rows under another partitioning
+    (the partition count changed between the runs) or other rows (a source that cannot replay):
+    copied beside the later attempt's, rows would be visible twice. A repair or copy recorded
+    while the batch was partly visible keeps its partitioning and names only the rest of it:
+    its handles replace the earlier ones partition by partition."""
+    earlier = cur.lost if cur.before_intent is BatchStatus.PARTIAL else {}
+    lost = {**earlier, **by_partition(aborted)}
     return {p: h for p, h in lost.items() if p not in committed}
 
 
