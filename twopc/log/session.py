@@ -112,7 +112,7 @@ def check_binding(log: Log, wanted: Owner, *, create: bool) -> bool:
             found = read_binding(log)  # another driver bound it meanwhile: compare with theirs
     if found is None:
         return False
-    if found != wanted and found.renamed_to(wanted):
+    if found.renamed_to(wanted):
         raise PrefixChanged(log.url, found.describe(), wanted.describe(), found.prefix,
                             wanted.prefix)
     if found != wanted:
