@@ -6,6 +6,9 @@ exactly-once audit), and what cannot be repaired is refused with a typed error s
 A batch's rows are always the same ids (a deterministic source); a run with `n` Spark partitions
 gives partition `p` the rows `i` with `i % n == p`, so a re-run with another count spreads the
 same rows differently, as a changed `repartition(n)` or source partitioning does.
+
+The two parametrized partition-count tests run on the default broker in the default suite (the
+suite's time) and on every variant with TWOPC_MATRIX=full; the others on every variant.
 """
 
 from __future__ import annotations
@@ -102,7 +105,6 @@ def nothing_open_then_next_batch(scenario: Scenario, control: ControlClient,
 # ---- (1) the Spark write's partition count changes ------------------------------------------
 
 
-@pytest.mark.all_variants
 @pytest.mark.parametrize(("new_n", "crash_at"), [(2, "coordinator.after_intent"),
                                                  (6, "coordinator.after_endtxn_1")])
 def test_a_rerun_with_another_partition_count_after_a_crash_past_the_intent(
@@ -139,7 +141,6 @@ def test_tasks_of_partitions_a_restart_no_longer_has_are_fenced(
     scenario.audit()
 
 
-@pytest.mark.all_variants
 @pytest.mark.parametrize("new_n", [2, 6])
 def test_a_partly_committed_batch_rerun_with_another_partition_count(
         scenario: Scenario, control: ControlClient, new_n: int) -> None:
