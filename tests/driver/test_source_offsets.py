@@ -1,7 +1,8 @@
-"""Source offsets committed inside a batch's transactions (twopc.commitSourceOffsets), on the real
-broker: they move exactly when the batch commits (the carrier, committed last, takes them), a
-driver SIGKILLed mid-commit leaves them where the batch's records are, an aborted batch leaves them
-unchanged, a refused commit aborts the batch whole, and a batch without records still moves them."""
+"""Source offsets committed with each batch (twopc.commitSourceOffsets), on the real broker: they
+move once the batch is committed and its markers proven, in a transaction of their own; a driver
+SIGKILLed mid-commit leaves them pending (never past the batch's records) and recovery moves them;
+an aborted batch leaves them unchanged, a refused commit aborts the batch whole, and a batch without
+records still moves them."""
 
 from __future__ import annotations
 
@@ -48,10 +49,9 @@ def test_offsets_move_with_each_committed_batch(scenario: Scenario, control: Con
         report = coord.commit(str(batch), results, ends(group, source, a, b))
         assert report.status == "committed"
         assert group_offsets(scenario, group, source) == {(source, 0): a, (source, 1): b}
-        # The intent names the carrier: the handle the coordinator committed last.
+        # The intent names the offsets and the id of their own transaction.
         intent = prepared(scenario, str(batch))
-        assert intent.offsets == ends(group, source, a, b).with_carrier(
-            intent.handles[-1].transactional_id)
+        assert intent.offsets == ends(group, source, a, b).deferred_on(scenario.prefix)
         scenario.expect(str(batch))
     scenario.audit()
 
@@ -68,18 +68,14 @@ def test_driver_killed_mid_commit(point: str, scenario: Scenario, control: Contr
     offsets = ends(group, source, 20, 9)
     assert scenario.drive("commit", "1", results, crash_at=f"coordinator.{point}",
                           offsets=offsets.to_obj()) == {"killed": True}
-    # Until the carrier commits, the group stays at batch 0, whatever of batch 1 is visible:
-    # before the intent it is open, pending in the carrier; after EndTxn n-1 the other three
-    # transactions are committed; only after all of them did the offsets move.
-    if point == "after_all_endtxn":
-        assert group_offsets(scenario, group, source) == {(source, 0): 20, (source, 1): 9}
-    else:
-        with pytest.raises(AssertionError, match="pending"):
-            stable_group_offsets(scenario.broker.config(), group, [(source, 0)], wait_s=1)
+    # The group stays at batch 0, whatever of batch 1 is visible: batch 1's offsets wait in their
+    # own transaction, begun before the intent, which only a proven commit ends.
+    with pytest.raises(AssertionError, match="pending"):
+        stable_group_offsets(scenario.broker.config(), group, [(source, 0)], wait_s=1)
     coord = scenario.driver(control)
     coord.recover()
     if point == "before_intent":
-        # No decision: recovery fenced the batch (carrier included), and the offsets stayed.
+        # No decision: recovery fenced the batch (the offsets' transaction too): they stayed.
         assert group_offsets(scenario, group, source) == {(source, 0): 5, (source, 1): 5}
         assert coord.commit("1", scenario.write("1"), offsets).status == "committed"
     else:
@@ -100,7 +96,7 @@ def test_refused_offsets_abort_the_batch_whole(scenario: Scenario, control: Cont
     missing = SourceOffsets(group, ((source, 0, 9), (f"absent-{uuid.uuid4().hex[:6]}", 0, 9)))
     with pytest.raises(SourceOffsetsRefused, match="UNKNOWN_TOPIC_OR_PARTITION"):
         coord.commit("1", scenario.write("1"), missing)
-    # TxnOffsetCommit took source-0 into the carrier; the fence took it out again with the batch.
+    # TxnOffsetCommit took source-0 into the offsets' transaction; the fence took it out again.
     assert group_offsets(scenario, group, source) == {(source, 0): 3, (source, 1): 4}
     [aborted] = [r for r in (from_body(x.body) for x in open_log(scenario.log_url).records())
                  if isinstance(r, Aborted) and r.batch == "1"]
@@ -124,12 +120,14 @@ def test_a_batch_without_records_moves_the_offsets(crash: str | None, scenario: 
     else:
         assert scenario.drive("commit", "0", empty, crash_at=crash,
                               offsets=offsets.to_obj()) == {"killed": True}
-        assert group_offsets(scenario, group, source) == {(source, 0): -1, (source, 1): -1}
+        with pytest.raises(AssertionError, match="pending"):  # in their own transaction, open
+            stable_group_offsets(scenario.broker.config(), group, [(source, 0)], wait_s=1)
         scenario.driver(control).recover()  # the intent is the decision: commit them
     assert group_offsets(scenario, group, source) == {(source, 0): 6, (source, 1): 2}
     intent = prepared(scenario, "0")
-    # The intent names the id of the offsets' own transaction (issue 30, item 6).
-    assert intent.handles == () and intent.offsets == offsets.with_carrier(alone_id(scenario.prefix))
+    # The intent names the id of the offsets' own transaction (issue 30, items 6 and 2).
+    assert intent.handles == () and intent.offsets == offsets.deferred_on(scenario.prefix)
+    assert intent.offsets.carrier == alone_id(scenario.prefix)
     scenario.audit()
 
 
@@ -174,15 +172,16 @@ def test_status_shows_the_group_and_its_offsets(scenario: Scenario, control: Con
     assert group_offsets(scenario, group, source) == {(source, 0): 8, (source, 1): 3}
     code, report = status_json(scenario, *bootstrap)
     assert code == 0, report
-    carrier = prepared(scenario, "0").handles[-1].transactional_id
+    carrier = alone_id(scenario.prefix)
     assert report["source_offsets"] == {
         "group": group, "batch": "0", "carrier": carrier,
         "partitions": [{"topic": source, "partition": 0, "batch_end": 8, "committed": 8,
                         "pending": False},
                        {"topic": source, "partition": 1, "batch_end": 3, "committed": 3,
-                        "pending": False}]}
-    # Killed before the carrier committed: the pending batch names its offsets, the group still
-    # holds batch 0's, with newer ones pending in the open carrier.
+                        "pending": False}],
+        "unmoved": [], "blocked_by": None}
+    # Killed mid-commit: the pending batch names its offsets, the group still holds batch 0's,
+    # with newer ones pending in their own open transaction.
     offsets = ends(group, source, 12, 9)
     assert scenario.drive("commit", "1", scenario.write("1"),
                           crash_at="coordinator.after_endtxn_n_minus_1",
@@ -214,7 +213,7 @@ def test_a_partly_committed_batch_moves_the_offsets_with_its_repair(
 
     source, group = make_topic(2), f"g-{uuid.uuid4().hex[:8]}"
     offsets = ends(group, source, 14, 15)
-    # Partitions 0-2 commit; partition 3's transaction (the carrier: committed last) times out
+    # Partitions 0-2 commit; partition 3's transaction times out
     # while the driver is down.
     long = scenario.write("0", [scenario.txn("0", p) for p in range(3)])
     short = scenario.write("0", [scenario.txn("0", 3)], timeout_ms=4000)
@@ -224,7 +223,7 @@ def test_a_partly_committed_batch_moves_the_offsets_with_its_repair(
     coord = scenario.driver(control)
     report = coord.recover()
     assert report.batches[0].outcome is BatchOutcome.PARTIAL
-    # The carrier aborted: the offsets did not move, though three partitions are visible.
+    # Partly visible: the offsets did not move, though three partitions are visible.
     assert group_offsets(scenario, group, source) == {(source, 0): -1, (source, 1): -1}
     # The deterministic re-run repairs the batch; its commit of the lost partition carries them.
     assert coord.commit("0", scenario.write("0"), offsets).status == "repaired"

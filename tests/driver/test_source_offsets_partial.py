@@ -1,18 +1,16 @@
 """Issue 30, item 2: with twopc.commitSourceOffsets, the group must never move past source records
 whose output is aborted.
 
-Tasks start in waves, so the earliest transactions of a batch expire first. When a transaction
-other than the carrier (the batch's last, which holds the source offsets, source_offsets.py) times
-out after the guard passed, the batch ends partly committed; today the carrier is committed
-anyway, by the fresh commit's last EndTxn (`Coordinator._end_in_order`) and by recovery's
-roll-forward (recovery.py, carriers after the others, whatever became of the others). The group
-then stands at the batch's end offsets while some of the batch's records are aborted: a consumer
-(or a new query) that starts from the group skips source records whose output is not there.
+Tasks start in waves, so the earliest transactions of a batch expire first. When one of them times
+out after the guard passed, the batch ends partly committed. The offsets used to ride in the
+batch's last transaction (the carrier), committed by the fresh commit's last EndTxn and by
+recovery's roll-forward whatever became of the others: the group then stood at the batch's end
+offsets while some of its records were aborted, and a consumer (or a new query) starting from the
+group skipped source records whose output is not there.
 
-Needed: the carrier is committed only once every other handle of the batch is proven committed;
-otherwise it is fenced (the repair of the partial batch then carries the offsets). The tests end
-with the repair and the exactly-once audit; the assertion that fails today is the group's offsets
-right after the partial outcome.
+Now the offsets go in a transaction of their own, ended only once the batch is committed and its
+markers proven (protocol/offsets.py): a partial batch keeps them back, and its repair moves them.
+The tests end with the repair and the exactly-once audit.
 """
 
 from __future__ import annotations
@@ -35,8 +33,7 @@ from twopc.protocol.verdicts import BatchOutcome
 pytestmark = pytest.mark.integration
 
 SHORT_TIMEOUT_MS = 4000
-LATE = 1  # the Spark partition whose transaction times out: not the carrier (the last one)
-CARRIER = 3  # the last Spark partition's transaction carries the offsets: fenced with LATE lost
+LATE = 1  # the Spark partition whose transaction times out (not the last one, once the carrier)
 
 
 def _ends(group: str, source: str, a: int, b: int) -> SourceOffsets:
@@ -44,8 +41,8 @@ def _ends(group: str, source: str, a: int, b: int) -> SourceOffsets:
 
 
 def _batch_one(scenario: Scenario) -> list[WriteResult]:
-    """Batch 1 in Spark partition order (the last, the carrier, is not LATE); partition LATE's
-    transaction is written last, with a short timeout."""
+    """Batch 1 in Spark partition order; partition LATE's transaction is written last, with a
+    short timeout."""
     others = [p for p in range(scenario.partitions) if p != LATE]
     written = scenario.write("1", [scenario.txn("1", p) for p in others])
     written += scenario.write("1", [scenario.txn("1", LATE)], timeout_ms=SHORT_TIMEOUT_MS)
@@ -79,7 +76,7 @@ def _repair_and_audit(scenario: Scenario, control: ControlClient, group: str, so
     scenario.audit()
 
 
-def test_the_fresh_commit_does_not_commit_the_carrier_after_another_transaction_timed_out(
+def test_the_fresh_commit_keeps_the_offsets_back_after_a_transaction_timed_out(
         scenario: Scenario, control: ControlClient, make_topic: Callable[..., str]) -> None:
     source, group = make_topic(2), f"g-{uuid.uuid4().hex[:8]}"
     coord = scenario.driver(control, margin_ms=200)
@@ -96,13 +93,12 @@ def test_the_fresh_commit_does_not_commit_the_carrier_after_another_transaction_
     with f.injected(plan), pytest.raises(BatchPartlyCommitted) as raised:
         coord.commit("1", results, _ends(group, source, 20, 9))
     assert plan.fired
-    # The carrier is fenced (its batch lost LATE): the batch is partly committed without it.
-    assert raised.value.lost == (LATE, CARRIER), raised.value
+    assert raised.value.lost == (LATE,), raised.value
     _assert_group_not_past_aborted_records(scenario, group, source, before)
     _repair_and_audit(scenario, control, group, source, _ends(group, source, 20, 9))
 
 
-def test_recovery_does_not_roll_the_carrier_forward_after_another_transaction_timed_out(
+def test_recovery_keeps_the_offsets_back_after_a_transaction_timed_out(
         scenario: Scenario, control: ControlClient, make_topic: Callable[..., str]) -> None:
     source, group = make_topic(2), f"g-{uuid.uuid4().hex[:8]}"
     coord = scenario.driver(control)
@@ -118,6 +114,6 @@ def test_recovery_does_not_roll_the_carrier_forward_after_another_transaction_ti
     wait_not_ongoing(control, [r.handle for r in results[LATE:LATE + 1] if r.handle is not None])
     report = scenario.driver(control).recover()
     assert report.batches[0].outcome is BatchOutcome.PARTIAL, report.summary()
-    assert report.batches[0].lost_partitions == [LATE, CARRIER], report.summary()
+    assert report.batches[0].lost_partitions == [LATE], report.summary()
     _assert_group_not_past_aborted_records(scenario, group, source, before)
     _repair_and_audit(scenario, control, group, source, offsets)

@@ -21,7 +21,6 @@ from twopc.protocol.offsets import (
     SourceOffsets,
     SourceOffsetsError,
     carrier_action,
-    carrier_of,
     explain,
     needs_offsets,
     parse_spark_offsets,
@@ -133,9 +132,7 @@ def test_a_repair_without_offsets_keeps_those_its_visible_part_carried() -> None
     assert fold([(0, Prepared("1", (a,)))]).batch("1").offsets is None
 
 
-def test_the_carrier_is_committed_last() -> None:
-    hs = [handle("a"), handle("b"), handle("c")]
-    assert carrier_of(hs) is hs[-1] and carrier_of([]) is None
+def test_a_repair_carries_the_offsets_unless_an_old_carrier_did() -> None:
     recorded = SourceOffsets("g", (("s", 0, 1),), "c")
     # A partly visible batch's re-run carries them again unless its visible part did.
     assert needs_offsets(recorded, ["a", "b"]) and not needs_offsets(recorded, ["c"])

@@ -1,9 +1,10 @@
 """Kafka to Kafka with twopc.commitSourceOffsets, on the real broker and real Spark: a query reads a
 topic with Spark's Kafka source (its package resolved as for the demo) and writes another through
 kafka2pc; after each commit the group's committed offsets equal the batch's end offsets in Spark's
-offsets log. The driver's whole process group is SIGKILLed mid-commit; until the batch's carrier
-commits the group stays at the previous batch, a batch killed before its intent (aborted by the
-restart's recovery) leaves the offsets unchanged, and the audit finds every record exactly once."""
+offsets log. The driver's whole process group is SIGKILLed mid-commit; until the batch is
+committed and proven visible, and its offsets' own transaction committed after that, the group
+stays at the previous batch; a batch killed before its intent (aborted by the restart's recovery)
+leaves the offsets unchanged, and the audit finds every record exactly once."""
 
 from __future__ import annotations
 
@@ -79,7 +80,7 @@ def setup(broker: KafkaUnderTest, tmp_path: Path) -> dict[str, Any]:
 def test_offsets_follow_each_commit_through_a_driver_kill(
         broker: KafkaUnderTest, setup: dict[str, Any], tmp_path: Path) -> None:
     # Run 1: a batch, a batch whose rows are all filtered out (no transaction: the offsets still
-    # move), then a batch killed once all its transactions but the carrier committed.
+    # move), then a batch killed once all its transactions but the last committed.
     run1 = [{"values": values("r0")}, {"values": values("drop-r1")},
             {"values": values("r2"), "arm": True}]
     first = run_driver("kafka", {**setup, "rounds": run1},
@@ -87,10 +88,10 @@ def test_offsets_follow_each_commit_through_a_driver_kill(
                        timeout_s=RUN_S)
     assert first.returncode == -signal.SIGKILL, (first.returncode, errors_of(first.stderr))
     done = check_rounds(first, 2)
-    # The carrier, committed last, is still open: the group stays at the last committed batch.
+    # The batch's offsets wait in their own open transaction: the group stays at the last batch.
     assert committed(broker, setup["group"], done[-1]["ends"]) == done[-1]["ends"]
 
-    # Run 2: recovery rolls the killed batch forward (the carrier last), its re-run writes
+    # Run 2: recovery rolls the killed batch forward and moves its offsets, its re-run writes
     # nothing, and two more rounds commit batch by batch, each checked as in run 1.
     second = run_driver("kafka", {**setup, "rounds": [{"values": values("r3")},
                                                       {"values": values("r4")}]},
@@ -114,11 +115,10 @@ def test_driver_killed_at_point(point: str, broker: KafkaUnderTest, setup: dict[
                        env=kill_env(point, tmp_path / "arm"), timeout_s=RUN_S)
     assert first.returncode == -signal.SIGKILL, (first.returncode, errors_of(first.stderr))
     [done] = check_rounds(first, 1)
-    if point in ("coordinator.before_intent", "coordinator.after_intent",
-                 "coordinator.after_endtxn_1"):
-        # The carrier (committed last) is still open: the group stays at the last batch. Before
-        # the intent nothing is decided: the restart's recovery aborts the batch, offsets too.
-        assert committed(broker, setup["group"], done["ends"]) == done["ends"]
+    # At every point the batch's offsets wait in their own transaction (they move only after the
+    # batch is proven visible): the group stays at the last batch. Before the intent nothing is
+    # decided: the restart's recovery aborts the batch, offsets too.
+    assert committed(broker, setup["group"], done["ends"]) == done["ends"]
     restarted = run_driver("kafka", {**setup, "rounds": [{"values": values("c")}]},
                            timeout_s=RUN_S)
     assert restarted.returncode == 0, errors_of(restarted.stderr)

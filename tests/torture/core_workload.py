@@ -39,7 +39,7 @@ from tests.driver.support import (
     wait_not_ongoing,
 )
 from tests.torture.result import ScheduleResult, run_to_verdict
-from tests.torture.schedule import BatchPlan, Schedule, victim_role
+from tests.torture.schedule import OFFSETS_APIS, BatchPlan, Schedule, victim_role
 from twopc.broker.under_test import KafkaUnderTest
 from twopc.control import ControlClient, TxnState
 from twopc.control import faults as cf
@@ -52,13 +52,15 @@ from twopc.protocol.copies import RepairPolicy, RepairSettings
 from twopc.protocol.handle import Handle, ResultKind, WriteResult
 from twopc.protocol.log_records import (
     Aborted,
+    Committed,
+    OffsetsCommitted,
     Partial,
     Prepared,
     Released,
-    RollForward,
+    Stranded,
     from_body,
 )
-from twopc.protocol.offsets import SourceOffsets
+from twopc.protocol.offsets import SourceOffsets, alone_id
 from twopc.protocol.state import BatchStatus
 from twopc.protocol.verdicts import BatchOutcome, StrandedFate
 
@@ -132,7 +134,8 @@ class _CoreRun:
         self.lost_ids: set[str] = set()  # records twopc proved lost (StrandedCommitAborted)
         self.forgiven: set[int] = set()  # batches whose loss an operator accepted
         self.seen_seq = 0  # log records scanned so far (scan_log)
-        self.carriers: dict[str, str] = {}  # batch -> carrier id of its latest intent
+        self.with_offsets: dict[str, bool] = {}  # batch -> its latest intent names source offsets
+        self._previous: object = None  # the last record scanned
         self._released: set[str] = set()  # ids a Released record named (scan_log)
 
     def close(self) -> None:
@@ -481,12 +484,16 @@ class _CoreRun:
 
     def _request_fault(self, plan: BatchPlan, action: cf.Action) -> dict[str, Any]:
         """request_lost / answer_lost of the batch's own commit: an EndTxn of one partition's
-        transaction, or (source offsets) AddOffsetsToTxn / TxnOffsetCommit of the carrier."""
+        transaction, or (source offsets) a request of the offsets' own transaction."""
         assert plan.fault is not None and plan.api is not None
         results = self.write(plan.batch)
-        p = plan.task_partition if plan.api == "END_TXN" else self.scn.partitions - 1
-        tid = self.handle_of(results, p).transactional_id
-        before = self.arm(cf.Fault(plan.api, action, transactional_id=tid,
+        api = plan.api
+        if api in OFFSETS_APIS:
+            tid = alone_id(self.scn.prefix)
+            api = api.removeprefix("OFFSETS_")
+        else:
+            tid = self.handle_of(results, plan.task_partition).transactional_id
+        before = self.arm(cf.Fault(api, action, transactional_id=tid,
                                    count=None if plan.every_retry else 1))
         extra: dict[str, Any] = {}
         if plan.every_retry:
@@ -728,23 +735,35 @@ class _CoreRun:
 
     def scan_log(self) -> None:
         """Items 1 and 2 as twopc recorded them, from the records appended since the last scan:
-        first releases of a stranded commit, carriers fenced (a Partial naming the carrier
-        aborted) or committed late (a RollForward naming an open intent's carrier)."""
+        first releases of a stranded commit; batches with source offsets ended partial or aborted
+        after their intent (their offsets held back); offsets moved by a later call than the
+        commit (`_late`)."""
         for rec in open_log(self.scn.log_url).records():
             if rec.seq <= self.seen_seq:
                 continue
             record = from_body(rec.body)
             self.seen_seq = rec.seq
-            if isinstance(record, Prepared) and record.offsets is not None and record.handles:
-                self.carriers[record.batch] = record.handles[-1].transactional_id
+            if isinstance(record, Prepared):
+                self.with_offsets[record.batch] = record.offsets is not None
             elif isinstance(record, Released):
                 self.result.reached["stranded_commit"] += len(set(record.ids) - self._released)
                 self._released.update(record.ids)
-            elif _fences_carrier(record, self.carriers.get(_batch_of(record))):
-                self.result.reached["carrier_fenced"] += 1
-            elif isinstance(record, RollForward) and len(record.ids) == 1 and \
-                    record.ids[0] in self.carriers.values():
-                self.result.reached["carrier_committed_late"] += 1
+            elif isinstance(record, Partial | Aborted) and record.intent_seq is not None and \
+                    self.with_offsets.get(record.batch):
+                self.result.reached["offsets_held_back"] += 1
+            elif isinstance(record, OffsetsCommitted) and self._late(record):
+                self.result.reached["offsets_moved_late"] += 1
+            self._previous = record
+
+    def _late(self, moved: OffsetsCommitted) -> bool:
+        """Moved by a later call than the commit: the commit path appends `offsets_committed`
+        right after its `committed` record (or the markers check's own records); recovery or a
+        re-run after a `rollforward` or `orphans` record naming the offsets' id anew, or after
+        other batches' records."""
+        prev = self._previous
+        same_call = (isinstance(prev, Committed) and prev.batch == moved.batch) or \
+            isinstance(prev, Released | Stranded)
+        return not same_call
 
     def check_group(self, batch: str, when: str, final: bool = False) -> None:
         """With source offsets: the group's committed offsets (OffsetFetch, require_stable) never
@@ -844,15 +863,6 @@ class _CoreRun:
 
 def _batch_of(record: object) -> str:
     return str(getattr(record, "batch", ""))
-
-
-def _fences_carrier(record: object, carrier: str | None) -> bool:
-    """Does this outcome record end its batch's carrier as aborted (a Partial naming it, or an
-    Aborted whose reason says the carrier was fenced)?"""
-    if isinstance(record, Partial):
-        return carrier is not None and carrier in record.aborted
-    return isinstance(record, Aborted) and record.intent_seq is not None and \
-        "carrier of source offsets, fenced" in record.reason
 
 
 def _wait_paused(proc: Any) -> bool:

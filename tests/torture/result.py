@@ -63,9 +63,10 @@ REACHED_KINDS: tuple[str, ...] = (
                                 # StrandedUnreleased: "release failed at ...")
     "release_finished",         # the next check committed a half-done release (item 1, FINISH)
     "stranded_commit_aborted",  # the next check proved the stranded records aborted (item 1)
-    "carrier_fenced",           # a carrier of source offsets fenced: its batch lost another
-                                # transaction (item 2; Partial/Aborted names the carrier)
-    "carrier_committed_late",   # a carrier held back, committed once the rest was proven (item 2)
+    "offsets_held_back",        # a batch with source offsets ended partial or aborted after its
+                                # intent: its offsets did not move (item 2)
+    "offsets_moved_late",       # source offsets moved by a later call (recovery, a re-run) than
+                                # the batch's commit: cut short, unproven or refused then (item 2)
     "group_checked",            # the group's offsets read (require_stable) against what is visible
 )
 

@@ -5,7 +5,7 @@ A schedule is a few batches of one query; each batch carries at most one fault k
 tests/torture/result.py's FAULT_KINDS (a killed driver may also see its recovery killed), and the
 parameters the workload needs to inject it. Broker kills are rarer than the rest: each costs a
 broker restart. Some schedules commit source offsets with every batch (`Schedule.offsets`), so that
-the carrier rule (docs/design.md section 9) meets the faults, and the audit checks the group.
+the source offsets' rule (docs/design.md section 9) meets the faults, and the audit checks the group.
 
 The control client's request faults (twopc/control/faults.py) name an API and, for EndTxn, the
 Spark partition whose transaction they hit; `every_retry` drops every attempt until the retry
@@ -43,9 +43,10 @@ STORAGE_OPERATIONS: tuple[str, ...] = ("read", "write")
 VICTIM_ROLES: tuple[str, ...] = ("leader", "coordinator")
 
 # request_lost / answer_lost of a batch's own commit: its EndTxn (one Spark partition's), or with
-# source offsets the requests that add them to the carrier.
+# source offsets a request of their own transaction (on the query's offsets id): the two that add
+# them before the intent, or its EndTxn after the batch is proven ("OFFSETS_" + the API's name).
 COMMIT_APIS: tuple[str, ...] = ("END_TXN",)
-OFFSETS_APIS: tuple[str, ...] = ("ADD_OFFSETS_TO_TXN", "TXN_OFFSET_COMMIT")
+OFFSETS_APIS: tuple[str, ...] = ("ADD_OFFSETS_TO_TXN", "TXN_OFFSET_COMMIT", "OFFSETS_END_TXN")
 # The release of a stranded commit: InitProducerId (epoch e+1), AddPartitionsToTxn, EndTxn. A lost
 # AddPartitionsToTxn answer or EndTxn request leaves it half done (Ongoing at e+1).
 RELEASE_LOST_APIS: tuple[str, ...] = ("INIT_PRODUCER_ID", "ADD_PARTITIONS_TO_TXN", "END_TXN")
@@ -191,7 +192,7 @@ def plan_batch(rng: random.Random, batch: str, fault: str | None, partitions: in
         api = rng.choice(COMMIT_APIS + OFFSETS_APIS) if offsets else "END_TXN"
         return BatchPlan(batch, fault, api=api, every_retry=every,
                          task_partition=rng.randrange(partitions))
-    if fault == "request_delayed":  # not the last partition: with offsets, that is the carrier
+    if fault == "request_delayed":  # not the last partition (kept as it was: seeds replay)
         return BatchPlan(batch, fault, api="END_TXN", task_partition=rng.randrange(partitions - 1))
     if fault == "expire_in_waves":
         return BatchPlan(batch, fault, rng.choice(WAVE_POINTS), early=rng.randrange(1, partitions))
@@ -241,10 +242,10 @@ def covering_schedule(seed: int, replicated: bool = False) -> Schedule:
     plans = []
     for n, f in enumerate(faults):
         plan = plan_batch(rng, str(n), f, partitions, True, replicated=True)  # no release here
-        if f == "expire_in_waves":  # the carrier rule's case: the early wave expires mid-commit
+        if f == "expire_in_waves":  # item 2's case: the early wave expires mid-commit
             plan = BatchPlan(str(n), f, "after_intent", early=1)
         elif f in ("request_lost", "answer_lost"):  # every attempt: the log check decides; the
-            # answer lost is the carrier's (partition 1), which the log check must prove
+            # answer lost is the last partition's, which the log check must prove
             plan = BatchPlan(str(n), f, api="END_TXN", every_retry=True,
                              task_partition=0 if f == "request_lost" else 1)
         plans.append(plan)

@@ -67,9 +67,9 @@ def test_every_batch_is_well_formed(seed: int, batches: int, replicated: bool) -
         elif b.fault in ("request_lost", "answer_lost"):
             assert b.api == "END_TXN" or s.offsets  # the offsets' requests need offsets
         if b.fault == "expire_in_waves":
-            assert 1 <= b.early < s.partitions  # the last partition (the carrier) is late
+            assert 1 <= b.early < s.partitions  # the last partition is late
         if b.fault == "request_delayed":
-            assert b.task_partition < s.partitions - 1  # never the carrier
+            assert b.task_partition < s.partitions - 1  # never the last partition
 
 
 @given(seeds, st.booleans())
@@ -146,7 +146,7 @@ def test_a_journal_line_gives_back_the_result_and_resume_takes_only_its_own_run(
 
     first = _result(7, faults=Counter({"driver_kill": 2}), outcomes=Counter({"fenced": 1}),
                     victims=Counter({"leader": 1}), fired=Counter({"END_TXN drop_answer": 1}),
-                    reached=Counter({"carrier_fenced": 1}), recovery_s=[0.5], expected=9,
+                    reached=Counter({"offsets_held_back": 1}), recovery_s=[0.5], expected=9,
                     found=9, seconds=3.0)
     assert ScheduleResult.from_json(json.loads(json.dumps(first.to_json()))) == first
     journal = tmp_path / "journal-v.jsonl"

@@ -148,6 +148,8 @@ def report_obj(report: RecoveryReport) -> dict[str, Any]:
                             "partitions": [list(tp) for tp in n.partitions]}
                            for n in report.stranded.unreleased],
         },
+        "source_offsets": {"moved_to": report.offsets_moved_to,
+                           "waiting": report.offsets_waiting or None},
         "summary": report.summary(),
     }
 

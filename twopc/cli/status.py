@@ -36,6 +36,7 @@ from twopc.log.session import LogView
 from twopc.protocol.clock import coordinator_now
 from twopc.protocol.handle import Handle
 from twopc.protocol.offsets import SourceOffsets
+from twopc.protocol.plans import plan_offsets
 from twopc.protocol.pool import in_pool
 from twopc.protocol.state import BatchState, BatchStatus, LogState
 from twopc.protocol.verdicts import pass1
@@ -204,8 +205,10 @@ def build_status(view: LogView, control: ControlClient | None, *, batches: int,
 
 def source_offsets(state: LogState, control: ControlClient | None) -> dict[str, Any] | None:
     """The group that gets the source offsets, the end offsets of the last committed batch that
-    carried them, and (with a broker) what the group holds: its committed offset and whether a
-    transaction holds newer ones pending. None if no batch the log holds carried offsets."""
+    carried them, the committed batches whose offsets have not moved yet (and the batch that holds
+    them back, if one does: protocol/plans.py `plan_offsets`), and (with a broker) what the group
+    holds: its committed offset and whether a transaction holds newer ones pending. None if no
+    batch the log holds carried offsets."""
     carried = sorted((b for b in state.batches.values() if b.offsets is not None),
                      key=lambda b: b.last_seq)
     if not carried:
@@ -227,14 +230,22 @@ def source_offsets(state: LogState, control: ControlClient | None) -> dict[str, 
             r["committed"] = held[tp].offset if tp in held else None
             r["pending"] = tp in stable and stable[tp].error_code != 0
         moved = [r for r in rows if not r["pending"] and r["committed"] != r["batch_end"]]
-        if moved and last is not None and last is carried[-1]:
+        if moved and last is not None and last is carried[-1] and not last.offsets_pending:
             warnings.append(
                 f"group {group!r} holds other offsets than batch {last.batch}'s end offsets "
                 f"(e.g. {moved[0]['topic']}-{moved[0]['partition']}: {moved[0]['committed']}, "
                 f"batch end {moved[0]['batch_end']}): something else commits to this group")
+    unmoved = [b.batch for b in done if b.offsets_pending]
+    plan = plan_offsets(state)
+    if unmoved:
+        why = (f"batch {plan.blocked_by} is {plan.why}" if plan.blocked_by else
+               "the call that committed them was cut short or failed")
+        warnings.append(f"the source offsets of batches {', '.join(unmoved)} are not committed to "
+                        f"group {group!r} yet: {why}; the next commit or `twopc recover` moves "
+                        "them once every batch before is proven visible")
     return {"group": group, "batch": None if last is None else last.batch,
             "carrier": None if ends is None else ends.carrier, "partitions": rows,
-            "warnings": warnings}
+            "unmoved": unmoved, "blocked_by": plan.blocked_by, "warnings": warnings}
 
 
 def _warnings(pending: list[dict[str, Any]], orphans: list[dict[str, Any]], warn_ratio: float,

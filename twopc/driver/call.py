@@ -8,7 +8,10 @@ door every path goes through, rather than by the order of calls in each path:
 - every EndTxn, fence, release and offsets transaction follows a record this call appended
   that names the ids it touches: the log is the fence between drivers, so a paused old driver
   can act only on what it recorded itself, and its next append fails (`ProtocolViolation`
-  otherwise);
+  otherwise). One exception, `begin_offsets`: a batch's offsets transaction is begun before its
+  intent, on the query's offsets id, which no task uses (see there);
+- the consumer group's offsets move only after a full check of the markers in this call, and
+  only as far as `plan_offsets` allows (`move_source_offsets`);
 - stranded commits are released before any fence: a later transaction on a stranded commit's id
   would end the committed records with its own ending, an abort included (stranded.py);
 - an id held as stranded is never fenced, nor named an orphan: its open transaction may be our
@@ -20,6 +23,7 @@ both are the holder's of the fence, the call that has just appended.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -28,6 +32,7 @@ from dataclasses import dataclass, field
 from checkpoint import Log
 from twopc.control import (
     ControlClient,
+    ControlError,
     EndTxnOutcome,
     EndTxnRequest,
     FenceResult,
@@ -36,7 +41,7 @@ from twopc.control import (
     TxnState,
 )
 from twopc.crashpoints import crash_point
-from twopc.driver.source_offsets import commit_alone
+from twopc.driver.source_offsets import OpenOffsets, begin, commit_alone, finish
 from twopc.driver.stranded import StrandedReport, release_stranded_commits
 from twopc.errors import CommitUnverified, DataLossError, FenceFailed, ProtocolViolation
 from twopc.log.jobs import batch_state, remember_job
@@ -50,15 +55,16 @@ from twopc.protocol.log_records import (
     Copying,
     Duplicates,
     LogRecord,
+    OffsetsCommitted,
     Orphans,
     Partial,
     Prepared,
     Released,
     RollForward,
 )
-from twopc.protocol.offsets import SourceOffsets
+from twopc.protocol.offsets import SourceOffsets, SourceOffsetsError, own_transaction
 from twopc.protocol.owner import Owner, OwnerKind
-from twopc.protocol.plans import plan_purge, unnamed_open
+from twopc.protocol.plans import OffsetsPlan, plan_offsets, plan_purge, unnamed_open
 from twopc.protocol.state import BatchState, BatchStatus, LogState
 
 log = logging.getLogger("twopc.driver")
@@ -90,11 +96,10 @@ FencedRecord = Aborted | Duplicates | Orphans
 
 def named_ids(record: LogRecord) -> tuple[str, ...]:
     """The transactional ids a record names: those a call may end, fence or release after it."""
-    if isinstance(record, Prepared) and not record.handles:
-        # A batch without records: the id of its source offsets' own transaction.
-        carrier = record.offsets.carrier if record.offsets is not None else None
-        return () if carrier is None else (carrier,)
-    if isinstance(record, Prepared | Aborted):
+    if isinstance(record, Prepared):  # and the id of the offsets' own transaction, if named
+        return (*(h.transactional_id for h in record.handles),
+                *own_transaction(record.offsets, bool(record.handles)))
+    if isinstance(record, Aborted):
         return tuple(h.transactional_id for h in record.handles)
     if isinstance(record, Duplicates | Orphans | RollForward | Released | Copying):
         return tuple(record.ids)
@@ -210,12 +215,71 @@ class DriverCall:
     def commit_offsets_alone(self, batch: str, offsets: SourceOffsets) -> None:
         """The source offsets of a batch without records, in a transaction of their own on the id
         a record of this call names as their carrier (source_offsets.py `commit_alone`); stranded
-        commits released first, as before a fence (it starts with InitProducerId)."""
+        commits released first, as before a fence (it starts with InitProducerId). Only for
+        intents written before issue 30 item 2 (settle.py); since then `move_source_offsets`."""
         assert offsets.carrier is not None
         self._require_named((offsets.carrier,), "an offsets transaction")
         self._ensure_released()
         commit_alone(self.control, batch, offsets, self.settings.stranded_wait_ms / 1000,
                      confirm_owner=self.session.confirm_owner)
+
+    def begin_offsets(self, batch: str, offsets: SourceOffsets) -> OpenOffsets:
+        """Begin batch `batch`'s offsets transaction before its intent names it (the door's one
+        exception): so that the cluster's refusal (an unknown source topic, a group with members)
+        aborts the batch whole, before anything of it is decided. Safe without a record: the id
+        is the query's offsets id (`alone_id`), which no task uses, so a paused driver's
+        InitProducerId there can at most abort another call's offsets transaction in flight, which
+        then fails loud and is redone; and nothing is committed on it before the intent and a full
+        check of the markers (`move_source_offsets`). SourceOffsetsRefused if refused."""
+        assert offsets.carrier is not None and offsets.deferred
+        return begin(self.control, batch, offsets)
+
+    def move_source_offsets(self, opened: OpenOffsets | None = None) -> OffsetsPlan:
+        """Move the consumer group to the end offsets of the newest batch `plan_offsets` allows,
+        after a full check of the markers in this call (which proves every committed batch not
+        held visible), in their own transaction, then record it (`offsets_committed`). `opened`:
+        the transaction this call began before its intent (`begin_offsets`), ended if it holds the
+        offsets to move, else fenced. Returns the plan (what moved, what waits and why).
+        SourceOffsetsError if the transaction fails: nothing records the offsets moved, and the
+        next call (a re-run, recovery) moves them again."""
+        if opened is None and not any(b.offsets_pending for b in self.state.batches.values()):
+            return OffsetsPlan()  # nothing waits to move: no check needed
+        self._ensure_released()
+        plan = plan_offsets(self.state)
+        if plan.waiting:
+            log.warning("twopc: the source offsets of batches %s wait: batch %s is %s",
+                        list(plan.waiting), plan.blocked_by, plan.why)
+        if plan.batch is None or plan.offsets is None:
+            if opened is not None:
+                self.abandon_offsets(opened)
+            return plan
+        tid = str(plan.offsets.carrier)
+        if tid not in self._named:
+            self.append(RollForward((tid,)))
+        wait_s = self.settings.stranded_wait_ms / 1000
+        done = False
+        if opened is not None and opened.batch == plan.batch and opened.offsets == plan.offsets:
+            try:
+                finish(self.control, opened, wait_s)  # fences it if it fails
+                done = True
+            except SourceOffsetsError as exc:
+                # It may have timed out while the call settled or checked (its timeout runs from
+                # before the intent), or its answer was lost: once more, as a later call would.
+                log.warning("twopc: %s; committing them again in a new transaction", exc)
+        elif opened is not None:
+            self.abandon_offsets(opened)
+        if not done:
+            commit_alone(self.control, plan.batch, plan.offsets, wait_s,
+                         confirm_owner=self.session.confirm_owner)
+        self.append(OffsetsCommitted(plan.batch))
+        return plan
+
+    def abandon_offsets(self, opened: OpenOffsets) -> None:
+        """Abort a transaction `begin_offsets` began, now rather than at its timeout (its offsets
+        are not to move, or not yet: a later call moves them in a transaction of its own). Part of
+        the door's exception, for the same reason; a failure here only leaves it to its timeout."""
+        with contextlib.suppress(ControlError):
+            self.control.fence([str(opened.offsets.carrier)])
 
     def claim(self, ids: Iterable[str], what: str) -> dict[str, str]:
         """Before this call starts a producer on `ids` (its InitProducerId fences their open

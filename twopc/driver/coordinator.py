@@ -9,15 +9,17 @@ EndTxn order: the first handle alone, then all but the last in parallel, then th
 extra round trips (milliseconds, against the fsynced intent) buy two things: a crash can fall
 after exactly 1 and after exactly n-1 answers (the `after_endtxn_1` and `after_endtxn_n_minus_1`
 points), and the path the crash tests prove is the path production runs.
-With twopc.commitSourceOffsets the last one also carries the batch's source offsets
-(source_offsets.py): the group moves with the batch's last transaction, never before the others.
+With twopc.commitSourceOffsets the batch's source offsets go in a transaction of their own, begun
+before the intent (a refusal aborts the batch whole) and ended only once the batch's markers are
+proven, after its outcome record (protocol/offsets.py says why; call.py `move_source_offsets`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 
@@ -29,7 +31,7 @@ from twopc.driver.call import DriverCall, DriverSettings
 from twopc.driver.copy_forward import CopyOutcome, try_copy
 from twopc.driver.recovery_report import RecoveryReport
 from twopc.driver.settle import settle
-from twopc.driver.source_offsets import attach
+from twopc.driver.source_offsets import OpenOffsets
 from twopc.errors import (
     BatchAborted,
     BatchPartlyCommitted,
@@ -44,13 +46,7 @@ from twopc.protocol.copies import RepairPolicy, plan_copy, rerun_replaces_lost
 from twopc.protocol.enums import TextEnum
 from twopc.protocol.handle import Handle, ResultKind, WriteResult
 from twopc.protocol.log_records import Aborted, Committed, Duplicates, Prepared
-from twopc.protocol.offsets import (
-    SourceOffsets,
-    SourceOffsetsRefused,
-    alone_id,
-    carrier_of,
-    needs_offsets,
-)
+from twopc.protocol.offsets import SourceOffsets, SourceOffsetsRefused, needs_offsets
 from twopc.protocol.owner import Owner, OwnerKind
 from twopc.protocol.plans import CommitAction, partitioning_note, plan_abort, plan_commit
 from twopc.protocol.state import BatchState, BatchStatus, TxnKey, txn_key
@@ -116,8 +112,8 @@ class Coordinator:
 
     def commit(self, batch: str, results: Sequence[WriteResult | None],
                offsets: SourceOffsets | None = None) -> CommitReport:
-        """Commit `batch`; with `offsets`, its source offsets too, inside its transactions
-        (source_offsets.py)."""
+        """Commit `batch`; with `offsets`, its source offsets too, once it is proven visible
+        (source_offsets.py; a note says so if they wait for an earlier batch)."""
         began = time.monotonic()
         try:
             try:
@@ -163,8 +159,11 @@ class Coordinator:
             if plan.action is CommitAction.ALREADY_COMMITTED:
                 dups = call.fence_recorded(Duplicates(
                     batch, tuple(h.transactional_id for h in plan.duplicates)))
-                return CommitReport(batch, CommitStatus.ALREADY_COMMITTED, duplicates=dups,
-                                    orphans=swept, recovery=recovery)
+                report = CommitReport(batch, CommitStatus.ALREADY_COMMITTED, duplicates=dups,
+                                      orphans=swept, recovery=recovery)
+                if offsets is not None:  # an earlier attempt's may not have moved yet
+                    _move_offsets(call, None, report)
+                return report
             # Copy-forward (copy_forward.py): what was decided and aborted, from the log's copy.
             policy = self.settings.repair.policy
             copy = (plan_copy(state, handles, policy)
@@ -223,10 +222,9 @@ class Coordinator:
                        offsets: SourceOffsets | None,
                        recovery: RecoveryReport | None) -> CommitReport:
         """Commit the copies of a batch's aborted transactions like any batch's handles; the
-        source offsets go with them unless the visible part carried them. The offsets are the
-        intent's (what was decided, as the records are), else the re-run's; the last copy carries
-        them, committed only once every other copy answered committed (the carrier rule: the
-        visible part is proven committed by the `partial` record), else left to the settling."""
+        source offsets go with them unless the visible part carried them (an intent written before
+        issue 30 item 2). The offsets are the intent's (what was decided, as the records are),
+        else the re-run's; they move once the copies are proven visible, as any batch's."""
         if state.offsets is not None:
             offsets = state.offsets.with_carrier(None)
         if not needs_offsets(state.offsets,
@@ -327,8 +325,18 @@ class Coordinator:
             reason = "; ".join(f"{t}: {why}" for t, why in sorted(failed.items()))
             call.fence_recorded(Aborted(batch, tuple(handles), reason[:2000], None))
             raise GuardFailed(batch, failed)
-        if offsets is not None:
-            offsets = self._attach_offsets(call, batch, handles, offsets)
+        if offsets is None:
+            return self._decide_and_end(call, batch, handles, None, None)
+        offsets = offsets.deferred_on(self.owner.prefix)
+        opened = self._begin_offsets(call, batch, handles, offsets)
+        with _abandoned_on_error(call, opened):
+            return self._decide_and_end(call, batch, handles, offsets, opened)
+
+    def _decide_and_end(self, call: DriverCall, batch: str, handles: Sequence[Handle],
+                        offsets: SourceOffsets | None, opened: OpenOffsets | None
+                        ) -> CommitReport:
+        """The intent, the EndTxns, the outcome, the markers' check, the offsets."""
+        ids = [h.transactional_id for h in handles]
         crash_point("coordinator.before_intent")
         intent_seq = call.append(Prepared(batch, tuple(handles), offsets))
         crash_point("coordinator.after_intent")
@@ -338,12 +346,12 @@ class Coordinator:
         # open before and after the EndTxns alike. (On the settling path its answer is unused.)
         listing = self.control.start_list_transactions(self.owner.prefix,
                                                        states=[TxnState.ONGOING])
-        answers = _end_in_order(call, handles, carrier=offsets is not None)
+        answers = _end_in_order(call, handles)
         fates = {txn_key(h): fate_of_end_txn(answers.get(h.transactional_id)) for h in handles}
         if any(v.fate is not Fate.COMMITTED for v in fates.values()):
             # Some EndTxn answers prove nothing: the log check decides, exactly as in recovery.
             return self._settle_after_end(call, batch, {
-                k: v for k, v in fates.items() if v.fate is not Fate.UNDECIDED})
+                k: v for k, v in fates.items() if v.fate is not Fate.UNDECIDED}, opened)
         orphans = call.open_orphans(ids, listing.result())
         seq = call.append(Committed(batch, intent_seq, orphans))
         crash_point("coordinator.after_committed_record")
@@ -353,46 +361,50 @@ class Coordinator:
         # partitions: its markers end the stranded records too, and an abort loses them (found by
         # the torture suite). So a commit returns only once its markers landed or were released.
         call.verify_markers(batch)
-        _fence_orphans(call, batch, orphans, purge=True)
-        return CommitReport(batch, CommitStatus.COMMITTED, committed=tuple(ids), orphans=orphans)
+        report = CommitReport(batch, CommitStatus.COMMITTED, committed=tuple(ids), orphans=orphans)
+        _finish_commit(call, batch, orphans, opened, report)
+        return report
 
-    def _attach_offsets(self, call: DriverCall, batch: str, handles: Sequence[Handle],
-                        offsets: SourceOffsets) -> SourceOffsets:
-        """The source offsets into the transaction committed last (source_offsets.py), before
-        the intent; if the cluster refuses them, the batch is aborted whole."""
-        carrier = carrier_of(handles)
-        assert carrier is not None
+    def _begin_offsets(self, call: DriverCall, batch: str, handles: Sequence[Handle],
+                       offsets: SourceOffsets) -> OpenOffsets:
+        """The offsets' own transaction, begun before the intent (call.py `begin_offsets`); if
+        the cluster refuses them, the batch is aborted whole."""
         try:
-            return attach(self.control, batch, carrier, offsets)
+            return call.begin_offsets(batch, offsets)
         except SourceOffsetsRefused as exc:
-            call.fence_recorded(Aborted(batch, tuple(handles), exc.reason[:2000], None))
+            if handles:
+                call.fence_recorded(Aborted(batch, tuple(handles), exc.reason[:2000], None))
             raise
 
     def _commit_offsets_only(self, call: DriverCall, batch: str,
                              offsets: SourceOffsets) -> CommitReport:
         """A batch that wrote no record still moves the group's offsets: an intent that names
-        them and the id that carries them (`alone_id`), their own transaction on that id (never a plain
-        OffsetCommit: source_offsets.py `commit_alone` says why), the outcome. Recovery does the
-        transaction again for an intent left without outcome."""
-        carried = offsets.with_carrier(alone_id(self.owner.prefix))
-        intent_seq = call.append(Prepared(batch, (), carried))
-        crash_point("coordinator.after_intent")
-        call.commit_offsets_alone(batch, carried)
-        crash_point("coordinator.after_all_endtxn")
-        return self._commit_empty(call, batch, intent_seq)
+        them and the id of their own transaction (`alone_id`; never a plain OffsetCommit:
+        source_offsets.py `commit_alone` says why), the outcome, then the offsets, as for any
+        batch (a call cut short leaves them to the next one)."""
+        carried = offsets.deferred_on(self.owner.prefix)
+        opened = self._begin_offsets(call, batch, (), carried)
+        with _abandoned_on_error(call, opened):
+            intent_seq = call.append(Prepared(batch, (), carried))
+            crash_point("coordinator.after_intent")
+            return self._commit_empty(call, batch, intent_seq, opened)
 
-    def _commit_empty(self, call: DriverCall, batch: str, intent_seq: int | None) -> CommitReport:
+    def _commit_empty(self, call: DriverCall, batch: str, intent_seq: int | None,
+                      opened: OpenOffsets | None = None) -> CommitReport:
         """The outcome of a batch with no transaction to commit. Attempts that lost may still
         have written: the record names the pool's open unnamed ids and they are fenced, as after
         a commit of transactions."""
         orphans = call.open_orphans(())
         seq = call.append(Committed(batch, intent_seq, orphans))
+        crash_point("coordinator.after_committed_record")
         call.remember_job(batch, seq)
-        _fence_orphans(call, batch, orphans, purge=True)
-        return CommitReport(batch, CommitStatus.EMPTY, orphans=orphans)
+        report = CommitReport(batch, CommitStatus.EMPTY, orphans=orphans)
+        _finish_commit(call, batch, orphans, opened, report)
+        return report
 
     def _settle_after_end(self, call: DriverCall, batch: str,
-                          answered: dict[TxnKey, Verdict]) -> CommitReport:
+                          answered: dict[TxnKey, Verdict],
+                          opened: OpenOffsets | None) -> CommitReport:
         state = call.state.batch(batch)
         report = settle(call, [state], sweep=False, name_orphans=True, answered=answered)
         report.raise_if_undecided()
@@ -400,10 +412,11 @@ class Coordinator:
         if b.outcome is BatchOutcome.COMMITTED:
             call.remember_job(batch, b.recorded_seq)
             call.verify_markers(batch)
-            _fence_orphans(call, batch, b.orphans, purge=True)
-            return CommitReport(batch, CommitStatus.COMMITTED,
+            done = CommitReport(batch, CommitStatus.COMMITTED,
                                 committed=tuple(h.transactional_id for h in b.handles),
                                 orphans=b.orphans, recovery=report)
+            _finish_commit(call, batch, b.orphans, opened, done)
+            return done
         if b.outcome is BatchOutcome.ABORTED:
             raise BatchAborted(batch, "every transaction was aborted before its commit: "
                                + "; ".join(h.reason for h in b.handles)[:1000])
@@ -420,12 +433,8 @@ class Coordinator:
         return fig
 
 
-def _end_in_order(call: DriverCall, handles: Sequence[Handle],
-                  carrier: bool) -> dict[str, EndTxnOutcome]:
-    """EndTxn(commit) of the first handle, then all but the last, then the last. With `carrier`
-    (the last carries the batch's source offsets), the last only if every other one answered
-    committed: otherwise it is left to the settling (settle.py), which commits it only once the
-    log proves the others committed, and fences it if one was aborted."""
+def _end_in_order(call: DriverCall, handles: Sequence[Handle]) -> dict[str, EndTxnOutcome]:
+    """EndTxn(commit) of the first handle, then all but the last, then the last."""
     reqs = [EndTxnRequest(h.transactional_id, h.producer_id, h.epoch, True) for h in handles]
     answers = dict(call.end_txns(reqs[:1]))
     crash_point("coordinator.after_endtxn_1")
@@ -433,10 +442,43 @@ def _end_in_order(call: DriverCall, handles: Sequence[Handle],
         if len(reqs) > 2:
             answers.update(call.end_txns(reqs[1:-1]))
         crash_point("coordinator.after_endtxn_n_minus_1")
-        if not carrier or all(a.committed for a in answers.values()):
-            answers.update(call.end_txns(reqs[-1:]))
+        answers.update(call.end_txns(reqs[-1:]))
     crash_point("coordinator.after_all_endtxn")
     return answers
+
+
+def _finish_commit(call: DriverCall, batch: str, orphans: Sequence[str],
+                   opened: OpenOffsets | None, report: CommitReport) -> None:
+    """After a commit's markers are verified: fence its orphans (and purge), then move the source
+    offsets as far as the log allows (this batch's, begun before the intent as `opened`)."""
+    _fence_orphans(call, batch, orphans, purge=True)
+    if opened is not None:
+        _move_offsets(call, opened, report)
+
+
+@contextlib.contextmanager
+def _abandoned_on_error(call: DriverCall, opened: OpenOffsets) -> Iterator[None]:
+    """A commit that fails after `begin_offsets` aborts the offsets' transaction at once (else it
+    holds the group's offsets pending until its timeout; a later call moves them), unless this
+    call lost the log to another driver: that one may have its own offsets transaction in flight
+    on the id, and this call acts on nothing more."""
+    try:
+        yield
+    except LogOwnershipLost:
+        raise
+    except BaseException:
+        call.abandon_offsets(opened)
+        raise
+
+
+def _move_offsets(call: DriverCall, opened: OpenOffsets | None, report: CommitReport) -> None:
+    """Move the group (call.py `move_source_offsets`); the report says what waits and why."""
+    plan = call.move_source_offsets(opened)
+    if plan.waiting:
+        report.notes.append(
+            f"the source offsets of batches {', '.join(plan.waiting)} are not committed to the "
+            f"group yet: batch {plan.blocked_by} is {plan.why}; they move once it is proven "
+            "visible (a later commit or `twopc recover`)")
 
 
 def _fence_orphans(call: DriverCall, batch: str, orphans: Sequence[str],

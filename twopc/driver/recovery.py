@@ -11,7 +11,7 @@ query, micro-batch or job writes (spark/driver.py `prepare`), after Spark's abor
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from checkpoint import KeyExists, Log
 from twopc.control import ControlClient
@@ -22,10 +22,22 @@ from twopc.driver.settle import settle
 from twopc.driver.stranded import StrandedReport, prove_holds
 from twopc.errors import ResolutionRefused
 from twopc.protocol.holds import HoldProof, committed_handles
-from twopc.protocol.log_records import DECISIONS, RESOLVE_COMMITTED, Resolved, Stranded
+from twopc.protocol.log_records import DECISIONS, RESOLVE_COMMITTED, Orphans, Resolved, Stranded
+from twopc.protocol.offsets import own_transaction
 from twopc.protocol.owner import Owner
-from twopc.protocol.state import BatchStatus
+from twopc.protocol.state import BatchState, BatchStatus
 from twopc.protocol.verdicts import BatchOutcome, Fate
+
+
+def _close_offsets_transaction(call: DriverCall, settled: Sequence[BatchState]) -> None:
+    """An intent recovery settled may have left its offsets' own transaction open (begun before
+    the intent, the driver died): the sweep spared it while the intent was pending. If nothing
+    moves now, it is fenced (after a record naming it), so the group's offsets are not held
+    pending until its timeout; a later move begins a new one."""
+    ids = sorted({t for b in settled for t in own_transaction(b.offsets, bool(b.intent))})
+    if ids:
+        call.append(Orphans(tuple(ids)))
+        call.fence_named(ids)
 
 
 class Recovery:
@@ -64,6 +76,13 @@ class Recovery:
         late = call.release_stranded(only=settled, recheck_held=False) if settled \
             else StrandedReport()
         report.stranded = early.merged(late)
+        plan = call.move_source_offsets()
+        if plan.batch is None:
+            _close_offsets_transaction(call, pending)
+        report.offsets_moved_to = plan.batch
+        if plan.waiting:
+            report.offsets_waiting = (f"source offsets of batches {', '.join(plan.waiting)} wait: "
+                                      f"batch {plan.blocked_by} is {plan.why}")
         call.purge()
         report.raise_if_incomplete()
         return report

@@ -50,6 +50,10 @@ class RecoveryReport:
     fence_failures: dict[str, str] = field(default_factory=dict)
     # Committed transactions whose markers the broker dropped (stranded.py): Recovery.recover().
     stranded: StrandedReport = field(default_factory=StrandedReport)
+    # Source offsets (twopc.commitSourceOffsets): the batch whose end offsets the group took, and
+    # why later batches' wait, if they do (call.py `move_source_offsets`).
+    offsets_moved_to: str | None = None
+    offsets_waiting: str = ""
 
     @property
     def undecided(self) -> list[BatchReport]:
@@ -80,4 +84,8 @@ class RecoveryReport:
                 f"{t} ({why})" for t, why in sorted(self.fence_failures.items())))
         if self.stranded.summary():
             parts.append(self.stranded.summary())
+        if self.offsets_moved_to is not None:
+            parts.append(f"source offsets moved to batch {self.offsets_moved_to}'s end")
+        if self.offsets_waiting:
+            parts.append(self.offsets_waiting)
         return "; ".join(parts) or "nothing to recover"

@@ -73,18 +73,23 @@ def settle(call: DriverCall, batches: Sequence[BatchState], *, sweep: bool,
 
     # A carrier of source offsets commits only once the rest of its batch is proven committed
     # (protocol/offsets.py `carrier_action`): it is held back here and decided after pass 2.
+    # (Only intents written before issue 30 item 2 name one of their own transactions so.)
     carriers = {txn_key(h): b for b in batches for h in b.intent
-                if b.offsets is not None and h.transactional_id == b.offsets.carrier}
+                if b.offsets is not None and not b.offsets.deferred
+                and h.transactional_id == b.offsets.carrier}
     # At most one handle per id holds the coordinator's producer id and epoch: EndTxn each once.
     roll = list({txn_key(h): h for _, h in handles
                  if first[txn_key(h)].fate is Fate.ROLL_FORWARD
                  and txn_key(h) not in carriers}.values())
     held_carriers = [h for _, h in handles if txn_key(h) in carriers
                      and first[txn_key(h)].fate is Fate.ROLL_FORWARD]
-    # Batches without records: their source offsets' own transaction is done again on the id the
-    # intent names (an intent written before those transactions names none: one is chosen).
+    # Batches without records, intents written before issue 30 item 2: their source offsets' own
+    # transaction is done again on the id the intent names (an intent written before those
+    # transactions names none: one is chosen). Deferred offsets move after the outcome, once
+    # proven (call.py `move_source_offsets`), as every batch's since.
     alone = {b.batch: b.offsets.with_carrier(b.offsets.carrier or alone_id(prefix))
-             for b in batches if not b.intent and b.offsets is not None}
+             for b in batches
+             if not b.intent and b.offsets is not None and not b.offsets.deferred}
     rolled = (*(h.transactional_id for h in roll), *(str(o.carrier) for o in alone.values()))
     orphans: tuple[str, ...] = ()
     if sweep:

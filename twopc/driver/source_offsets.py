@@ -1,9 +1,12 @@
-"""Source offsets into the batch's transactions, asked of the broker (docs/design.md section 9).
+"""A batch's source offsets in a transaction of their own, asked of the broker (docs/design.md
+section 9).
 
-The pure part (the offsets, which transaction carries them, what the answers mean) is
-twopc/protocol/offsets.py; here only the requests and the classification of their answers. The
-driver reaches these only through its call's door (twopc/driver/call.py): `attach` adds to a
-transaction the coordinator ends later, `commit_alone` is called by `DriverCall.commit_offsets_alone`.
+The pure part (the offsets, when they may move, what the answers mean) is
+twopc/protocol/offsets.py and plans.py `plan_offsets`; here only the requests and the
+classification of their answers. The driver reaches these only through its call's door
+(twopc/driver/call.py): `begin` before a batch's intent (so that a refusal aborts the batch
+whole), `finish` once the batch is proven visible, `commit_alone` (both at once) when a later call
+moves offsets that an earlier one left.
 """
 
 from __future__ import annotations
@@ -11,12 +14,12 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from twopc.control import EndTxnRequest, FenceResult
 from twopc.control.errors import ERROR_CODES, ControlError, error_name
 from twopc.protocol.epochs import releasable, rotation_calls
-from twopc.protocol.handle import Handle
 from twopc.protocol.offsets import (
     SourceOffsets,
     SourceOffsetsError,
@@ -29,35 +32,78 @@ if TYPE_CHECKING:
     from twopc.control import ControlClient
 
 
-def attach(control: ControlClient, batch: str, carrier: Handle,
-           offsets: SourceOffsets) -> SourceOffsets:
-    """Add `offsets` to the open transaction of `carrier` (AddOffsetsToTxn, then TxnOffsetCommit,
-    both with its recorded producer id and epoch). SourceOffsetsRefused if either is refused: the
-    caller aborts the batch whole (TxnOffsetCommit may have taken some partitions and not others).
-    Returns the offsets with their carrier named."""
+@dataclass(frozen=True)
+class OpenOffsets:
+    """An offsets transaction begun and holding the offsets, not yet ended."""
+
+    batch: str
+    offsets: SourceOffsets
+    producer_id: int
+    epoch: int
+
+
+def begin(control: ControlClient, batch: str, offsets: SourceOffsets,
+          confirm_owner: Callable[[], None] | None = None) -> OpenOffsets:
+    """InitProducerId on `offsets.carrier` (which aborts whatever an earlier attempt left open on
+    it and fences its late copies), then AddOffsetsToTxn and TxnOffsetCommit. SourceOffsetsRefused
+    names the cluster's refusal: the transaction is fenced (nothing of it stays pending)."""
+    tid = offsets.carrier
+    if tid is None:
+        raise ValueError("an offsets transaction needs the id that carries it (offsets.carrier)")
     try:
-        code = control.add_offsets_to_txn(carrier.transactional_id, carrier.producer_id,
-                                          carrier.epoch, offsets.group)
-        if code != 0:
-            raise SourceOffsetsRefused(batch, offsets.group, explain(
-                code, offsets.group, f"AddOffsetsToTxn on {carrier.transactional_id}"))
-        answers = control.txn_offset_commit(carrier.transactional_id, carrier.producer_id,
-                                            carrier.epoch, offsets.group, offsets.offsets)
+        began = begin_with_headroom(control, tid)
+        if not began.fenced:
+            raise SourceOffsetsRefused(batch, offsets.group, f"InitProducerId on {tid} answered "
+                                       f"{began.error}")
+        if confirm_owner is not None:
+            confirm_owner()
+        try:
+            _offsets_into(control, batch, tid, began.producer_id, began.epoch, offsets)
+        except (SourceOffsetsError, ControlError):
+            with contextlib.suppress(ControlError):  # nothing stays open on the id until its timeout
+                control.fence([tid])
+            raise
     except ControlError as exc:
         raise SourceOffsetsRefused(batch, offsets.group, f"{type(exc).__name__}: {exc}") from exc
-    refused = refusals(answers, offsets.offsets, offsets.group)
-    if refused:
-        raise SourceOffsetsRefused(batch, offsets.group, "TxnOffsetCommit: " + "; ".join(refused))
-    return offsets.with_carrier(carrier.transactional_id)
+    return OpenOffsets(batch, offsets, began.producer_id, began.epoch)
+
+
+def finish(control: ControlClient, opened: OpenOffsets, stable_within_s: float) -> None:
+    """EndTxn(commit) of a begun offsets transaction, InitProducerId again, then OffsetFetch
+    (require_stable) until the group shows them (`commit_alone` says why each step).
+    SourceOffsetsError if any step fails (the transaction fenced if it may still be open): the
+    offsets are not recorded as moved, and the next call commits them again."""
+    offsets, tid = opened.offsets, str(opened.offsets.carrier)
+    where = f"batch {opened.batch} is committed, but committing its source offsets to group " \
+            f"{offsets.group!r} in a transaction on {tid}"
+    try:
+        try:
+            ended = control.end_txns([EndTxnRequest(tid, opened.producer_id, opened.epoch, True)],
+                                     precheck=False)[tid]
+            if not ended.committed:
+                raise SourceOffsetsError(f"{where} failed: EndTxn answered "
+                                         f"{ended.error or ended.kind.value}. " + _RETRY)
+        except (SourceOffsetsError, ControlError):
+            with contextlib.suppress(ControlError):  # nothing stays open on the id until its timeout
+                control.fence([tid])
+            raise
+        closed = control.fence([tid])[tid]
+        if not closed.fenced:
+            raise SourceOffsetsError(f"{where}: committed, but the InitProducerId that fences its "
+                                     f"late copies answered {closed.error}. " + _RETRY)
+    except ControlError as exc:
+        raise SourceOffsetsError(f"{where} failed: {type(exc).__name__}: {exc}. "
+                                 + _RETRY) from exc
+    _wait_until_stable(control, where, offsets, stable_within_s)
 
 
 def commit_alone(control: ControlClient, batch: str, offsets: SourceOffsets,
                  stable_within_s: float, confirm_owner: Callable[[], None]) -> None:
-    """The offsets of a batch without records, committed in a transaction of their own on the id
-    `offsets.carrier` (a pool id that the batch's intent, or recovery's record, names first):
-    InitProducerId, AddOffsetsToTxn, TxnOffsetCommit, EndTxn(commit), InitProducerId again, then
-    OffsetFetch (require_stable) until the group shows them. SourceOffsetsError if any step fails:
-    the intent stays open and recovery does it all again, which is always safe (below).
+    """A batch's offsets, committed in a transaction of their own on the id `offsets.carrier`
+    (`alone_id`, which the batch's intent or a record of the call names first): InitProducerId,
+    AddOffsetsToTxn, TxnOffsetCommit, EndTxn(commit), InitProducerId again, then OffsetFetch
+    (require_stable) until the group shows them. SourceOffsetsError if any step fails: nothing
+    records them moved, and the next call does it all again, which is always safe (below).
 
     Why a transaction of its own and not a plain OffsetCommit (as before issue 30, item 6): a
     plain commit takes effect whenever it reaches the group coordinator. A copy of it that arrives
@@ -87,36 +133,13 @@ def commit_alone(control: ControlClient, batch: str, offsets: SourceOffsets,
     other driver's append, whose own InitProducerId then fences this epoch, or the check sees
     that append and this call stops (LogOwnershipLost) before any offsets are sent.
     """
-    tid = offsets.carrier
-    if tid is None:
-        raise ValueError("commit_alone needs the id that carries the offsets (offsets.carrier)")
-    where = f"batch {batch} (no records) is decided, but committing its source offsets to " \
-            f"group {offsets.group!r} in a transaction on {tid}"
     try:
-        began = begin_with_headroom(control, tid)
-        if not began.fenced:
-            raise SourceOffsetsError(f"{where} failed: InitProducerId answered {began.error}. "
-                                     + _RETRY)
-        pid, epoch = began.producer_id, began.epoch
-        confirm_owner()
-        try:
-            _offsets_into(control, where, tid, pid, epoch, offsets)
-            ended = control.end_txns([EndTxnRequest(tid, pid, epoch, True)], precheck=False)[tid]
-            if not ended.committed:
-                raise SourceOffsetsError(f"{where} failed: EndTxn answered "
-                                         f"{ended.error or ended.kind.value}. " + _RETRY)
-        except (SourceOffsetsError, ControlError):
-            with contextlib.suppress(ControlError):  # nothing stays open on the id until its timeout
-                control.fence([tid])
-            raise
-        closed = control.fence([tid])[tid]
-        if not closed.fenced:
-            raise SourceOffsetsError(f"{where}: committed, but the InitProducerId that fences its "
-                                     f"late copies answered {closed.error}. " + _RETRY)
-    except ControlError as exc:
-        raise SourceOffsetsError(f"{where} failed: {type(exc).__name__}: {exc}. "
+        opened = begin(control, batch, offsets, confirm_owner)
+    except SourceOffsetsRefused as exc:
+        raise SourceOffsetsError(f"batch {batch} is decided, but committing its source offsets "
+                                 f"to group {offsets.group!r} failed: {exc.reason}. "
                                  + _RETRY) from exc
-    _wait_until_stable(control, where, offsets, stable_within_s)
+    finish(control, opened, stable_within_s)
 
 
 def begin_with_headroom(control: ControlClient, tid: str) -> FenceResult:
@@ -132,22 +155,21 @@ def begin_with_headroom(control: ControlClient, tid: str) -> FenceResult:
     return began
 
 
-_RETRY = ("The intent stays open; restart the query (or run `twopc recover`): recovery commits "
-          "the offsets again")
+_RETRY = ("Nothing records the offsets as moved: the next commit, a restart of the query or "
+          "`twopc recover` commits them again")
 _UNSTABLE = ERROR_CODES["UNSTABLE_OFFSET_COMMIT"]
 
 
-def _offsets_into(control: ControlClient, where: str, tid: str, pid: int, epoch: int,
+def _offsets_into(control: ControlClient, batch: str, tid: str, pid: int, epoch: int,
                   offsets: SourceOffsets) -> None:
     code = control.add_offsets_to_txn(tid, pid, epoch, offsets.group)
     if code != 0:
-        raise SourceOffsetsError(f"{where} failed: "
-                                 + explain(code, offsets.group, "AddOffsetsToTxn") + ". " + _RETRY)
+        raise SourceOffsetsRefused(batch, offsets.group, explain(
+            code, offsets.group, f"AddOffsetsToTxn on {tid}"))
     answers = control.txn_offset_commit(tid, pid, epoch, offsets.group, offsets.offsets)
     refused = refusals(answers, offsets.offsets, offsets.group)
     if refused:
-        raise SourceOffsetsError(f"{where} failed: TxnOffsetCommit: {'; '.join(refused)}. "
-                                 + _RETRY)
+        raise SourceOffsetsRefused(batch, offsets.group, "TxnOffsetCommit: " + "; ".join(refused))
 
 
 def _wait_until_stable(control: ControlClient, where: str, offsets: SourceOffsets,

@@ -8,7 +8,9 @@ each ``committed``/``partial``/``aborted`` ends exactly the open intent it claim
 
 Body versions: 1 for every kind; 2 only for a ``prepared`` record that carries source offsets
 (twopc.commitSourceOffsets), so that code which does not know them refuses such a log instead of
-rolling it forward without them. Both are read.
+rolling it forward without them; 3 for one whose offsets are committed after the batch is proven
+visible (`SourceOffsets.deferred`, issue 30 item 2), which code that would commit them with the
+batch's own transactions must refuse. All three are read.
 
 Design: docs/design.md section 6.
 """
@@ -26,7 +28,8 @@ from twopc.protocol.owner import Owner, OwnerKind
 
 VERSION = 1
 VERSION_OFFSETS = 2  # a prepared record with source offsets
-_READS = (VERSION, VERSION_OFFSETS)
+VERSION_DEFERRED = 3  # a prepared record whose source offsets move after the batch is proven
+_READS = (VERSION, VERSION_OFFSETS, VERSION_DEFERRED)
 
 
 class RecordFormatError(ValueError):
@@ -168,6 +171,16 @@ class Copying:
 
 
 @dataclass(frozen=True)
+class OffsetsCommitted:
+    """The consumer group took batch ``batch``'s source offsets (its intent's), in their own
+    transaction, after every batch up to it was proven visible (protocol/offsets.py): the
+    offsets of ``batch`` and of every batch intended before it are moved, never to be committed
+    again (an older batch's would move the group back)."""
+
+    batch: str
+
+
+@dataclass(frozen=True)
 class Resolved:
     """The operator's explicit decision for a stuck batch ("committed" or "aborted")."""
 
@@ -177,7 +190,8 @@ class Resolved:
 
 
 BatchRecord = Prepared | Committed | Partial | Aborted | Duplicates | Resolved
-LogRecord = BatchRecord | Orphans | RollForward | Released | Stranded | Lease | Copying
+LogRecord = (BatchRecord | Orphans | RollForward | Released | Stranded | Lease | Copying
+             | OffsetsCommitted)
 
 RESOLVE_COMMITTED = "committed"  # keep what is visible; the re-run writes nothing more
 RESOLVE_ABORTED = "aborted"  # treat as not committed; the re-run writes the whole batch again
@@ -196,7 +210,7 @@ def to_body(record: LogRecord) -> dict[str, Any]:
                 "handles": [h.to_obj() for h in record.handles]}
         if record.offsets is not None:
             body["offsets"] = record.offsets.to_obj()
-            body["v"] = VERSION_OFFSETS
+            body["v"] = VERSION_DEFERRED if record.offsets.deferred else VERSION_OFFSETS
             return body
     elif isinstance(record, Committed):
         body = {"kind": "committed", "batch": record.batch, "intent": record.intent_seq,
@@ -222,6 +236,8 @@ def to_body(record: LogRecord) -> dict[str, Any]:
     elif isinstance(record, Stranded):
         body = {"kind": "stranded", "held": [[b, t, why] for b, t, why in record.held],
                 "cleared": _ids(record.cleared)}
+    elif isinstance(record, OffsetsCommitted):
+        body = {"kind": "offsets_committed", "batch": record.batch}
     elif isinstance(record, Lease):
         body = {"kind": "lease", "job": record.job, "run": record.run,
                 "until_ms": int(record.until_ms), "since_ms": int(record.since_ms),
@@ -241,7 +257,7 @@ def from_body(body: dict[str, Any]) -> LogRecord:
     except ValueError as exc:
         raise RecordFormatError(str(exc)) from exc
     kind = body.get("kind")
-    if version == VERSION_OFFSETS and kind != "prepared":
+    if version != VERSION and kind != "prepared":
         raise RecordFormatError(f"a {kind!r:.40} record of format {version}: only prepared has one")
 
     def get(key: str) -> Any:
@@ -249,11 +265,15 @@ def from_body(body: dict[str, Any]) -> LogRecord:
 
     try:
         if kind == "prepared":
-            offsets = body.get("offsets") if version == VERSION_OFFSETS else None
-            if version == VERSION_OFFSETS and offsets is None:
-                raise RecordFormatError("a prepared record of format 2 without source offsets")
-            return Prepared(_batch(get("batch")), _handles(get("handles")),
-                            None if offsets is None else SourceOffsets.from_obj(offsets))
+            raw = body.get("offsets") if version != VERSION else None
+            if version != VERSION and raw is None:
+                raise RecordFormatError(f"a prepared record of format {version} without source "
+                                        "offsets")
+            offsets = None if raw is None else SourceOffsets.from_obj(raw)
+            if offsets is not None and offsets.deferred != (version == VERSION_DEFERRED):
+                raise RecordFormatError(f"a prepared record of format {version} with source "
+                                        f"offsets {'' if offsets.deferred else 'not '}deferred")
+            return Prepared(_batch(get("batch")), _handles(get("handles")), offsets)
         if kind == "committed":
             return Committed(_batch(get("batch")), _opt_int(get("intent")), _tuple(get("losers")))
         if kind == "partial":
@@ -281,6 +301,8 @@ def from_body(body: dict[str, Any]) -> LogRecord:
         if kind == "copying":
             return Copying(_batch(get("batch")), _tuple(get("ids")),
                            tuple(_source(s) for s in pd.items(get("sources"), "sources")))
+        if kind == "offsets_committed":
+            return OffsetsCommitted(_batch(get("batch")))
         if kind == "resolved":
             decision = pd.text(get("decision"), "decision")
             if decision not in DECISIONS:

@@ -1,23 +1,33 @@
-"""A micro-batch's source offsets, committed to a consumer group inside the batch's transactions
-(`twopc.commitSourceOffsets`, KIP-618 / KIP-656 style; docs/spark.md, "Source offsets").
+"""A micro-batch's source offsets, committed to a consumer group with it (`twopc.commitSourceOffsets`,
+KIP-618 / KIP-656 style; docs/spark.md, "Source offsets"; docs/design.md section 9).
 
-The driver knows, before its intent, the batch's end offsets (Spark's offsets log) and the
-(transactional id, producer id, epoch) of every pre-committed transaction. Kafka lets any
-connection act for a transactional id given its producer id and epoch, so the control client adds
-the offsets to one of the batch's own transactions, the *carrier*: AddOffsetsToTxn at its
-transaction coordinator, then TxnOffsetCommit at the group's coordinator. From then on the offsets
-share the carrier's fate: visible to the group when it commits (by the commit call or by
-recovery's roll-forward), gone when it aborts (a fence, a timeout). The carrier is the transaction
-the coordinator commits last (coordinator.py commits the first alone, then the middle, then the
-last; recovery commits carriers after the rest), so the group's offsets move with the batch's last
-records, never before the others. The intent names the carrier and the offsets.
+The driver knows, before its intent, the batch's end offsets (Spark's offsets log). They move the
+group past the batch's source records: a consumer failing over from the group skips those records,
+so the group must move only once every record written from them is visible, and never backwards.
 
-A batch whose partitions are all empty has no transaction of its own: its intent names the offsets
-and an id of their own (`alone_id`) as their carrier, and after the intent the driver commits them in a
-transaction of their own on that id (twopc/driver/source_offsets.py `commit_alone`, which says why
-not a plain OffsetCommit: a late copy of one could move the group back); recovery does it again for
-such an intent left without outcome. Intents written before that name no carrier: recovery
-chooses the id then, and names it in its own record first.
+The rule (issue 30, item 2, and the torture suite's seed 20261134): the offsets go in a transaction
+of their own on the id `alone_id` (`{prefix}-offsets`, outside the tasks' pools), committed only
+after the batch's outcome record *and* a check of its markers proved the batch visible; a
+`offsets_committed` record then says so. A batch's transactions answering committed is not enough:
+that answer is the coordinator's decision, and a broker killed mid-commit can drop the markers, so
+that a later abort from outside ends the committed records as aborted (a stranded commit,
+twopc/driver/stranded.py). The intent names the offsets and their id (`deferred`), so that a call
+cut short after the outcome record leaves them for the next call, which checks and moves them.
+
+`plan_offsets` (twopc/protocol/plans.py) decides which batch's end offsets the group takes:
+the newest committed batch with offsets not yet moved, with no earlier batch left unproven
+(pending, partial, lost after its intent, or held as a stranded commit) before it. Offsets are end
+offsets, so moving to a batch's covers every earlier one.
+
+Before the intent the driver begins that transaction and adds the offsets to it (so the cluster's
+refusal, an unknown source topic or a group with members, aborts the batch whole, nothing of it
+visible), and ends it after the proof (twopc/driver/source_offsets.py). A call that cannot end it
+fences it; the next call does the whole transaction again (`commit_alone`), always safe.
+
+Logs written before this rule name a *carrier* among the batch's own transactions (the one the
+coordinator committed last) or, for a batch without records, `alone_id` with the offsets committed
+before the outcome record: those intents are still settled as they were (`carrier_action`,
+settle.py).
 
 Pure; the requests are in twopc/driver/source_offsets.py.
 """
@@ -33,7 +43,6 @@ from twopc.control.errors import error_name
 from twopc.errors import TwopcError
 from twopc.protocol import plain as pd
 from twopc.protocol.enums import TextEnum
-from twopc.protocol.handle import Handle
 from twopc.protocol.verdicts import Fate
 
 if TYPE_CHECKING:
@@ -66,14 +75,17 @@ class SourceOffsetsRefused(SourceOffsetsError):
 class SourceOffsets:
     """The end offsets of a micro-batch per source partition, for consumer group `group`.
 
-    `carrier`: the transactional id whose transaction carries them (recorded in the intent): one
-    of the batch's, or for a batch without records the id of their own transaction (`alone_id`).
-    None before one is chosen (and in intents of batches without records written before issue
-    30, item 6, committed with a plain OffsetCommit)."""
+    `carrier`: the transactional id whose transaction carries them (recorded in the intent): the
+    id of their own transaction (`alone_id`), or, in intents written before issue 30 item 2, one
+    of the batch's own transactions. None before one is chosen (and in intents of batches without
+    records written before issue 30, item 6, committed with a plain OffsetCommit).
+    `deferred`: committed on `carrier` only after the batch is proven visible, and recorded then
+    (every intent written since issue 30 item 2); False in older intents."""
 
     group: str
     offsets: tuple[TopicOffset, ...]
     carrier: str | None = None
+    deferred: bool = False
 
     def __post_init__(self) -> None:
         if not self.group:
@@ -89,12 +101,21 @@ class SourceOffsets:
     def with_carrier(self, carrier: str | None) -> SourceOffsets:
         return replace(self, carrier=carrier)
 
+    def deferred_on(self, prefix: str) -> SourceOffsets:
+        """These offsets as an intent names them: their own transaction on `alone_id(prefix)`,
+        committed once the batch is proven visible."""
+        return replace(self, carrier=alone_id(prefix), deferred=True)
+
     def as_dict(self) -> dict[tuple[str, int], int]:
         return {(t, p): o for t, p, o in self.offsets}
 
     def to_obj(self) -> dict[str, Any]:
-        return {"group": self.group, "offsets": [[t, p, o] for t, p, o in self.offsets],
-                "carrier": self.carrier}
+        obj: dict[str, Any] = {"group": self.group,
+                               "offsets": [[t, p, o] for t, p, o in self.offsets],
+                               "carrier": self.carrier}
+        if self.deferred:
+            obj["deferred"] = True
+        return obj
 
     @classmethod
     def from_obj(cls, obj: Any) -> SourceOffsets:
@@ -106,8 +127,11 @@ class SourceOffsets:
             rows.append((pd.text(topic, "source topic"),
                          pd.integer(partition, "source partition", 0, pd.INT32_MAX),
                          pd.integer(offset, "source offset")))
+        deferred = obj.get("deferred", False)
+        if not isinstance(deferred, bool):
+            raise ValueError(f"source offsets' deferred must be true or false, not {deferred!r:.40}")
         return cls(pd.text(pd.field(obj, "group", "source offsets' group"), "group"), tuple(rows),
-                   pd.opt_text(obj.get("carrier"), "carrier"))
+                   pd.opt_text(obj.get("carrier"), "carrier"), deferred)
 
 
 def normalized(group: str, offsets: Iterable[TopicOffset]) -> SourceOffsets:
@@ -179,14 +203,10 @@ def _kafka_offsets(value: Any) -> dict[tuple[str, int], int] | None:
 # ---- which transaction carries them -------------------------------------------------------------
 
 
-def carrier_of(handles: Sequence[Handle]) -> Handle | None:
-    """The transaction that carries a batch's offsets: the one the coordinator commits last
-    (coordinator.py `_end_in_order`), so the offsets never become visible before the rest of the
-    batch. None: the batch has no transaction."""
-    return handles[-1] if handles else None
-
-
 class CarrierAction(TextEnum):
+    """What settling does with the carrier of an intent written before issue 30 item 2 (one of
+    the batch's own transactions holding the offsets)."""
+
     COMMIT = "commit"  # every other transaction of the batch is proven committed
     FENCE = "fence"  # another was aborted: the group must not move past its source records
     WAIT = "wait"  # another is not proven either way: leave the carrier open, nothing guessed
@@ -209,18 +229,27 @@ def carrier_action(others: Iterable[Fate]) -> CarrierAction:
 
 
 def alone_id(prefix: str) -> str:
-    """The id whose transaction carries the offsets of a batch without records: `{prefix}-offsets`,
-    outside the tasks' pools. A driver that was paused may still send its InitProducerId on this id
-    after another driver moved on (source_offsets.py `commit_alone` then finds the log moved and
-    stops); on a pool id that request could abort a later batch's pre-committed task transaction,
-    here it can at most abort another offsets-only transaction in flight, whose intent stays open
-    and is done again."""
+    """The id whose transactions carry a query's source offsets: `{prefix}-offsets`, outside the
+    tasks' pools. A driver that was paused may still send its InitProducerId on this id after
+    another driver moved on (source_offsets.py `commit_alone` then finds the log moved and stops);
+    on a pool id that request could abort a later batch's pre-committed task transaction, here it
+    can at most abort another offsets transaction in flight, which then fails loud and is done
+    again by the next call (its batch's offsets are recorded as moved only after it)."""
     return f"{prefix}-offsets"
+
+
+def own_transaction(offsets: SourceOffsets | None, has_records: bool) -> tuple[str, ...]:
+    """The id of the offsets' own transaction that an intent names (besides its handles): a
+    batch's without records, or any batch's since issue 30 item 2 (`deferred`). Empty when the
+    offsets ride in one of the batch's transactions (older intents) or there are none."""
+    if offsets is None or offsets.carrier is None:
+        return ()
+    return (offsets.carrier,) if offsets.deferred or not has_records else ()
 
 
 def needs_offsets(recorded: SourceOffsets | None, visible_ids: Iterable[str]) -> bool:
     """Must the commit of a partly visible batch's re-run carry the offsets again? Not if the
-    visible part already did (its carrier committed)."""
+    visible part already did (a carrier of an intent written before issue 30 item 2 committed)."""
     if recorded is None or recorded.carrier is None:
         return True
     return recorded.carrier not in set(visible_ids)

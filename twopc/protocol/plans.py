@@ -8,6 +8,7 @@
     a batch job's state + the job-id index ──job_state──> committed if either says so
     a job family's lease + a job about to start ──blocking_lease──> the run that refuses it, if any
     the log ──plan_purge──> the new low-water mark, and the committed jobs to index before it moves
+    the log ──plan_offsets──> whose source offsets the group takes now, and what holds later ones
 
 docs/design.md sections 2, 4, 5 and 6; tested in tests/protocol/test_decisions.py.
 """
@@ -20,6 +21,7 @@ from dataclasses import dataclass, replace
 from twopc.errors import PartitionLoss
 from twopc.protocol.enums import TextEnum
 from twopc.protocol.handle import Handle
+from twopc.protocol.offsets import SourceOffsets, alone_id
 from twopc.protocol.pool import in_pool
 from twopc.protocol.state import (
     BatchState,
@@ -116,9 +118,12 @@ def plan_abort(state: BatchState, handles: Sequence[Handle]) -> tuple[bool, tupl
 
 
 def unnamed_open(prefix: str, open_ids: Iterable[str], protected: Iterable[str]) -> tuple[str, ...]:
-    """Open transactions of the pool that nothing recorded will commit: to be fenced."""
+    """Open transactions of the pool, or of the query's offsets id (one a call began and did not
+    end: it crashed), that nothing recorded will commit: to be fenced."""
     keep = set(protected)
-    return tuple(sorted({t for t in open_ids if in_pool(prefix, t) and t not in keep}))
+    offsets_id = alone_id(prefix)
+    return tuple(sorted({t for t in open_ids
+                         if (in_pool(prefix, t) or t == offsets_id) and t not in keep}))
 
 
 # A batch job's id is a batch of the log (docs/design.md section 5): once its records are purged, only
@@ -170,13 +175,15 @@ def plan_purge(state: LogState, retain_batches: int, mark: int, *, jobs: bool) -
 
 
 def purge_below(state: LogState, retain_batches: int) -> int | None:
-    """The low-water mark that keeps every unfinished batch and the last `retain_batches` finished
-    ones whole (a re-run of a recent batch must still find it committed), and every stranded
-    hold with the batches it names (a later check needs their handles), and the record of a job
-    family's lease that no later record ended. None: nothing to purge."""
+    """The low-water mark that keeps every unfinished batch (and every batch whose source offsets
+    have not moved) and the last `retain_batches` finished ones whole (a re-run of a recent batch
+    must still find it committed), every stranded hold with the batches it names (a later check
+    needs their handles), and the record of a job family's lease that no later record ended.
+    None: nothing to purge."""
     if state.last_seq < 0:
         return None
-    unfinished = [b.first_seq for b in state.batches.values() if not b.finished]
+    unfinished = [b.first_seq for b in state.batches.values()
+                  if not b.finished or b.offsets_pending]
     for hold in state.stranded.values():
         unfinished.append(hold.seq)
         unfinished += [state.batches[b].first_seq for b in hold.batches if b in state.batches]
@@ -187,3 +194,58 @@ def purge_below(state: LogState, retain_batches: int) -> int | None:
     below = min([*unfinished, *kept, state.last_seq])
     return below if below > 0 else None
 
+
+
+# ---- source offsets -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OffsetsPlan:
+    """Which batch's source offsets the group takes now (`batch`, `offsets`; None: none), and the
+    batches whose offsets wait (`waiting`) behind the earliest batch not proven visible
+    (`blocked_by`, with `why`)."""
+
+    batch: str | None = None
+    offsets: SourceOffsets | None = None
+    waiting: tuple[str, ...] = ()
+    blocked_by: str | None = None
+    why: str = ""
+
+
+def plan_offsets(state: LogState) -> OffsetsPlan:
+    """The group moves to the end offsets of the newest committed batch whose offsets have not
+    moved, provided no batch intended before it is unproven: its intent open, partly visible,
+    aborted after its intent (decided records lost), or held as a stranded commit (its markers
+    not proven; protocol/holds.py). Offsets are end offsets: moving past such a batch would make a
+    consumer failing over from the group skip the source records of output that is not visible.
+    The caller runs this only after a full check of the markers in the same call (a batch not held
+    then is proven visible: driver/call.py `move_source_offsets`)."""
+    held = {b for hold in state.stranded.values() for b in hold.batches}
+    newest: BatchState | None = None
+    ordered = sorted((b for b in state.batches.values() if b.intent_seq is not None),
+                     key=lambda b: b.intent_seq or 0)
+    for i, b in enumerate(ordered):
+        why = _unproven(b, b.batch in held)
+        if why:
+            waiting = tuple(x.batch for x in ordered[i:] if x.offsets_pending)
+            if waiting:
+                return OffsetsPlan(newest.batch if newest else None,
+                                   newest.offsets if newest else None, waiting, b.batch, why)
+            break
+        if b.offsets_pending:
+            newest = b
+    if newest is None:
+        return OffsetsPlan()
+    return OffsetsPlan(newest.batch, newest.offsets)
+
+
+def _unproven(b: BatchState, held: bool) -> str:
+    if held:
+        return "a stranded commit: its markers are not proven (a later check releases it)"
+    if b.status is BatchStatus.PREPARED:
+        return "its intent has no outcome yet"
+    if b.status is BatchStatus.PARTIAL:
+        return "partly visible (its re-run or copy-forward repairs it)"
+    if b.status is BatchStatus.ABORTED and b.lost:
+        return "aborted after its intent: decided records lost (its re-run or copy-forward)"
+    return ""

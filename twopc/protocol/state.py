@@ -34,6 +34,7 @@ from twopc.protocol.log_records import (
     Duplicates,
     Lease,
     LogRecord,
+    OffsetsCommitted,
     Orphans,
     Partial,
     Prepared,
@@ -42,7 +43,7 @@ from twopc.protocol.log_records import (
     RollForward,
     Stranded,
 )
-from twopc.protocol.offsets import SourceOffsets
+from twopc.protocol.offsets import SourceOffsets, own_transaction
 
 # ---- the log, folded into per-batch states ----------------------------------------------------
 
@@ -71,10 +72,19 @@ class BatchState:
     # again (protocol/copies.py). Empty once the batch commits or an operator resolves it; an
     # intent recorded while nothing was visible replaces it when it is lost in turn (`_lost`).
     lost: Mapping[int, Handle] = field(default_factory=dict)
+    # The consumer group took these offsets (or a later batch's): an `offsets_committed` record.
+    offsets_moved: bool = False
 
     @property
     def finished(self) -> bool:
         return self.status not in (BatchStatus.PREPARED, BatchStatus.PARTIAL)
+
+    @property
+    def offsets_pending(self) -> bool:
+        """Committed, with source offsets that move after the batch is proven visible
+        (protocol/offsets.py) and have not moved yet."""
+        return (self.status is BatchStatus.COMMITTED and self.offsets is not None
+                and self.offsets.deferred and not self.offsets_moved)
 
 
 @dataclass(frozen=True)
@@ -143,12 +153,9 @@ class LogState:
 
 
 def intent_ids(b: BatchState) -> tuple[str, ...]:
-    """The ids a batch's intent names: its handles', or, for a batch without records, the id of
-    its source offsets' own transaction (their carrier)."""
-    if b.intent:
-        return tuple(h.transactional_id for h in b.intent)
-    carrier = b.offsets.carrier if b.offsets is not None else None
-    return () if carrier is None else (carrier,)
+    """The ids a batch's intent names: its handles', and the id of its source offsets' own
+    transaction (their carrier) for a batch without records or with deferred offsets."""
+    return (*(h.transactional_id for h in b.intent), *own_transaction(b.offsets, bool(b.intent)))
 
 
 def fold(records: Iterable[tuple[int, LogRecord]], url: str = "", start_seq: int = 0,
@@ -181,9 +188,24 @@ def fold(records: Iterable[tuple[int, LogRecord]], url: str = "", start_seq: int
             continue
         if isinstance(rec, Orphans | RollForward | Copying):
             continue
+        if isinstance(rec, OffsetsCommitted):
+            _offsets_moved(batches, rec.batch, seq)
+            continue
         cur = batches.get(rec.batch) or BatchState(rec.batch, first_seq=seq)
         batches[rec.batch] = replace(_step(cur, seq, rec, url, start_seq), last_seq=seq)
     return LogState(batches, last, holds, lease)
+
+
+def _offsets_moved(batches: dict[str, BatchState], batch: str, seq: int) -> None:
+    """The group took `batch`'s end offsets: those of every batch intended up to it are moved (end
+    offsets cover every earlier batch's), never to be committed again."""
+    target = batches.get(batch)
+    bound = target.intent_seq if target is not None and target.intent_seq is not None else seq
+    for name, b in batches.items():
+        if b.intent_seq is not None and b.intent_seq <= bound and b.offsets is not None:
+            batches[name] = replace(b, offsets_moved=True)
+    if target is not None:
+        batches[batch] = replace(batches[batch], last_seq=seq)
 
 
 def _next_lease(cur: JobLease | None, rec: Lease, seq: int) -> JobLease | None:
