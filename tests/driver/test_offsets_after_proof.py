@@ -138,3 +138,42 @@ def test_a_lost_answer_of_the_offsets_end_txn_is_redone_by_the_next_call(
     assert _moves(scenario) == ["0"]
     scenario.expect("0")
     scenario.audit()
+
+
+def test_a_lost_answer_once_is_committed_again_in_the_same_call(
+        scenario: Scenario, control: ControlClient, faulty: ControlClient,
+        make_topic: Callable[..., str]) -> None:
+    """The offsets' EndTxn answer is lost once: the call commits them again in a new transaction
+    (the same offsets) and returns committed, the move recorded once."""
+    source, group = make_topic(2), f"g-{uuid.uuid4().hex[:8]}"
+    plan = f.FaultPlan((f.Fault("END_TXN", f.Action.DROP_ANSWER, count=1,
+                                transactional_id=alone_id(scenario.prefix)),))
+    with f.injected(plan):
+        report = scenario.driver(faulty).commit("0", scenario.write("0"), ends(group, source, 4, 6))
+    assert plan.fired and report.status == "committed"
+    assert _group(scenario, group, source) == {(source, 0): 4, (source, 1): 6}
+    assert _moves(scenario) == ["0"]
+    scenario.expect("0")
+    scenario.audit()
+
+
+def test_a_redo_never_moves_the_group_back(scenario: Scenario, control: ControlClient,
+                                           make_topic: Callable[..., str]) -> None:
+    """A call moved the group to batch 1's end and died before recording it; a later call, finding
+    batch 1 unproven for a while (a partition unreadable), plans batch 0's offsets: the redo reads
+    the group first (after its InitProducerId) and commits nothing older than what it holds."""
+    from twopc.driver.source_offsets import commit_alone
+
+    source, group = make_topic(2), f"g-{uuid.uuid4().hex[:8]}"
+    coord = scenario.driver(control)
+    assert coord.commit("0", scenario.write("0"), ends(group, source, 5, 5)).status == "committed"
+    assert coord.commit("1", scenario.write("1"), ends(group, source, 20, 9)).status == "committed"
+    older = ends(group, source, 5, 5).deferred_on(scenario.prefix)
+    assert commit_alone(control, "0", older, 5.0, confirm_owner=lambda: None) is False
+    assert _group(scenario, group, source) == {(source, 0): 20, (source, 1): 9}
+    newer = ends(group, source, 30, 9).deferred_on(scenario.prefix)
+    assert commit_alone(control, "2", newer, 5.0, confirm_owner=lambda: None) is True
+    assert _group(scenario, group, source) == {(source, 0): 30, (source, 1): 9}
+    scenario.expect("0")
+    scenario.expect("1")
+    scenario.audit()

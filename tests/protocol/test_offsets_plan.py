@@ -73,7 +73,7 @@ def records_of(kinds: list[str]) -> list[LogRecord]:
             out.append(Released((name,), (hs[1].transactional_id,),
                                 ((hs[1].transactional_id, "t", 0),)))
         elif kind == "moved":
-            out.append(OffsetsCommitted(name))
+            out.append(OffsetsCommitted(name, intent))
     return out
 
 
@@ -114,7 +114,9 @@ def test_the_group_moves_only_past_proven_batches(kinds: list[str]) -> None:
 
 def test_a_move_covers_every_batch_intended_before_it() -> None:
     kinds = ["committed", "committed", "committed"]
-    state = fold(enumerate([*records_of(kinds), OffsetsCommitted("1")]))
+    records = records_of(kinds)
+    state = fold(enumerate([*records, OffsetsCommitted("1", records.index(
+        next(r for r in records if isinstance(r, Prepared) and r.batch == "1")))]))
     assert [state.batches[b].offsets_pending for b in "012"] == [False, False, True]
     assert plan_offsets(state).batch == "2"
 
@@ -124,9 +126,33 @@ def test_a_batch_whose_offsets_wait_is_never_purged() -> None:
     state = fold(enumerate(records_of(kinds)))
     below = purge_below(state, retain_batches=0)
     assert below is None or below <= state.batches["0"].first_seq
-    moved = fold(enumerate([*records_of(["committed"] * 4), OffsetsCommitted("3")]))
+    records = records_of(["committed"] * 4)
+    moved = fold(enumerate([*records, OffsetsCommitted("3", 6)]))
     cut = purge_below(moved, retain_batches=1)
     assert cut is not None and cut > moved.batches["2"].first_seq
+    # Without any hold: only the batches whose offsets have not moved are kept whole.
+    waiting = fold(enumerate([*records, OffsetsCommitted("1", 2)]))
+    cut = purge_below(waiting, retain_batches=0)
+    assert cut is not None and cut == waiting.batches["2"].first_seq
+
+
+def test_a_move_recorded_after_its_batch_was_purged_marks_only_batches_up_to_it() -> None:
+    """The record names its batch's intent: a purge that took the batch's records (a log read
+    from the low-water mark) must not let it mark later batches moved."""
+    records = [*records_of(["committed", "held", "committed"]), OffsetsCommitted("0", 0)]
+    # Read from seq 2 on: batch 0's records are gone.
+    state = fold(((i, r) for i, r in enumerate(records) if i >= 2), start_seq=2)
+    assert "0" not in state.batches
+    assert state.batches["1"].offsets_pending and state.batches["2"].offsets_pending
+    assert plan_offsets(state).blocked_by == "1"
+
+
+def test_a_new_intent_with_offsets_makes_them_pending_again() -> None:
+    records: list[LogRecord] = [*records_of(["aborted_after_intent"]), OffsetsCommitted("0", 0)]
+    assert fold(enumerate(records)).batches["0"].offsets_moved
+    hs = (handle(0, 0), handle(0, 1))
+    records += [Prepared("0", hs, ends(0)), Committed("0", len(records), ())]
+    assert fold(enumerate(records)).batches["0"].offsets_pending
 
 
 def test_deferred_offsets_are_a_format_of_their_own() -> None:
@@ -142,5 +168,6 @@ def test_deferred_offsets_are_a_format_of_their_own() -> None:
         assert "deferred" in str(exc)
     else:
         raise AssertionError("a format-2 intent with deferred offsets was read")
-    assert to_body(OffsetsCommitted("7")) == {"kind": "offsets_committed", "batch": "7", "v": 1}
+    assert to_body(OffsetsCommitted("7", 12)) == {"kind": "offsets_committed", "batch": "7",
+                                                  "intent": 12, "v": 1}
     assert BatchStatus.COMMITTED.value == "committed"

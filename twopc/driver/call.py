@@ -232,7 +232,9 @@ class DriverCall:
         then fails loud and is redone; and nothing is committed on it before the intent and a full
         check of the markers (`move_source_offsets`). SourceOffsetsRefused if refused."""
         assert offsets.carrier is not None and offsets.deferred
-        return begin(self.control, batch, offsets)
+        opened = begin(self.control, batch, offsets)
+        assert opened is not None  # (only a redo compares with the group first)
+        return opened
 
     def move_source_offsets(self, opened: OpenOffsets | None = None) -> OffsetsPlan:
         """Move the consumer group to the end offsets of the newest batch `plan_offsets` allows,
@@ -268,10 +270,13 @@ class DriverCall:
                 log.warning("twopc: %s; committing them again in a new transaction", exc)
         elif opened is not None:
             self.abandon_offsets(opened)
-        if not done:
-            commit_alone(self.control, plan.batch, plan.offsets, wait_s,
-                         confirm_owner=self.session.confirm_owner)
-        self.append(OffsetsCommitted(plan.batch))
+        if not done and not commit_alone(self.control, plan.batch, plan.offsets, wait_s,
+                                         confirm_owner=self.session.confirm_owner):
+            log.warning("twopc: group %r already stands past batch %s's source offsets (an "
+                        "earlier call moved it further and did not record it): left as it is",
+                        plan.offsets.group, plan.batch)
+        assert plan.intent_seq is not None
+        self.append(OffsetsCommitted(plan.batch, plan.intent_seq))
         return plan
 
     def abandon_offsets(self, opened: OpenOffsets) -> None:

@@ -314,22 +314,24 @@ class Coordinator:
         if not handles:
             return self._commit_empty(call, batch, None)
         ids = [h.transactional_id for h in handles]
-        descriptions = (described.result() if described is not None
-                        else self.control.describe_transactions(ids))
-        # The clock is read after the answer: the later the reading, the less time the guard
-        # counts as left.
-        now_ms = self.settings.clock_ms()
-        warn_clock_outliers(handles, now_ms)
-        failed = check_before_intent(handles, descriptions, now_ms, self.settings.margin_ms)
-        if failed:
-            reason = "; ".join(f"{t}: {why}" for t, why in sorted(failed.items()))
-            call.fence_recorded(Aborted(batch, tuple(handles), reason[:2000], None))
-            raise GuardFailed(batch, failed)
-        if offsets is None:
-            return self._decide_and_end(call, batch, handles, None, None)
-        offsets = offsets.deferred_on(self.owner.prefix)
-        opened = self._begin_offsets(call, batch, handles, offsets)
+        opened: OpenOffsets | None = None
+        if offsets is not None:
+            # Before guard 3: its InitProducerId may wait (a coordinator loading, an earlier
+            # offsets transaction aborting), and the guard must count that time.
+            offsets = offsets.deferred_on(self.owner.prefix)
+            opened = self._begin_offsets(call, batch, handles, offsets)
         with _abandoned_on_error(call, opened):
+            descriptions = (described.result() if described is not None
+                            else self.control.describe_transactions(ids))
+            # The clock is read after the answer: the later the reading, the less time the guard
+            # counts as left.
+            now_ms = self.settings.clock_ms()
+            warn_clock_outliers(handles, now_ms)
+            failed = check_before_intent(handles, descriptions, now_ms, self.settings.margin_ms)
+            if failed:
+                reason = "; ".join(f"{t}: {why}" for t, why in sorted(failed.items()))
+                call.fence_recorded(Aborted(batch, tuple(handles), reason[:2000], None))
+                raise GuardFailed(batch, failed)
             return self._decide_and_end(call, batch, handles, offsets, opened)
 
     def _decide_and_end(self, call: DriverCall, batch: str, handles: Sequence[Handle],
@@ -457,7 +459,7 @@ def _finish_commit(call: DriverCall, batch: str, orphans: Sequence[str],
 
 
 @contextlib.contextmanager
-def _abandoned_on_error(call: DriverCall, opened: OpenOffsets) -> Iterator[None]:
+def _abandoned_on_error(call: DriverCall, opened: OpenOffsets | None) -> Iterator[None]:
     """A commit that fails after `begin_offsets` aborts the offsets' transaction at once (else it
     holds the group's offsets pending until its timeout; a later call moves them), unless this
     call lost the log to another driver: that one may have its own offsets transaction in flight
@@ -467,7 +469,8 @@ def _abandoned_on_error(call: DriverCall, opened: OpenOffsets) -> Iterator[None]
     except LogOwnershipLost:
         raise
     except BaseException:
-        call.abandon_offsets(opened)
+        if opened is not None:
+            call.abandon_offsets(opened)
         raise
 
 

@@ -10,6 +10,7 @@ query, micro-batch or job writes (spark/driver.py `prepare`), after Spark's abor
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 
@@ -23,10 +24,12 @@ from twopc.driver.stranded import StrandedReport, prove_holds
 from twopc.errors import ResolutionRefused
 from twopc.protocol.holds import HoldProof, committed_handles
 from twopc.protocol.log_records import DECISIONS, RESOLVE_COMMITTED, Orphans, Resolved, Stranded
-from twopc.protocol.offsets import own_transaction
+from twopc.protocol.offsets import SourceOffsetsError, own_transaction
 from twopc.protocol.owner import Owner
 from twopc.protocol.state import BatchState, BatchStatus
 from twopc.protocol.verdicts import BatchOutcome, Fate
+
+log = logging.getLogger("twopc.driver")
 
 
 def _close_offsets_transaction(call: DriverCall, settled: Sequence[BatchState]) -> None:
@@ -76,13 +79,20 @@ class Recovery:
         late = call.release_stranded(only=settled, recheck_held=False) if settled \
             else StrandedReport()
         report.stranded = early.merged(late)
-        plan = call.move_source_offsets()
-        if plan.batch is None:
-            _close_offsets_transaction(call, pending)
-        report.offsets_moved_to = plan.batch
-        if plan.waiting:
-            report.offsets_waiting = (f"source offsets of batches {', '.join(plan.waiting)} wait: "
-                                      f"batch {plan.blocked_by} is {plan.why}")
+        try:
+            plan = call.move_source_offsets()
+        except SourceOffsetsError as exc:
+            # Reported, not raised: a query must still start (its next commit tries again, and
+            # one started without twopc.commitSourceOffsets runs on); the group lags meanwhile.
+            log.error("twopc: %s", exc)
+            report.offsets_waiting = f"source offsets not moved: {exc}"[:2000]
+        else:
+            if plan.batch is None:
+                _close_offsets_transaction(call, pending)
+            report.offsets_moved_to = plan.batch
+            if plan.waiting:
+                report.offsets_waiting = (f"source offsets of batches {', '.join(plan.waiting)} "
+                                          f"wait: batch {plan.blocked_by} is {plan.why}")
         call.purge()
         report.raise_if_incomplete()
         return report

@@ -43,10 +43,16 @@ class OpenOffsets:
 
 
 def begin(control: ControlClient, batch: str, offsets: SourceOffsets,
-          confirm_owner: Callable[[], None] | None = None) -> OpenOffsets:
+          confirm_owner: Callable[[], None] | None = None,
+          ahead_within_s: float | None = None) -> OpenOffsets | None:
     """InitProducerId on `offsets.carrier` (which aborts whatever an earlier attempt left open on
     it and fences its late copies), then AddOffsetsToTxn and TxnOffsetCommit. SourceOffsetsRefused
-    names the cluster's refusal: the transaction is fenced (nothing of it stays pending)."""
+    names the cluster's refusal: the transaction is fenced (nothing of it stays pending).
+
+    With `ahead_within_s`, first the group's stable offsets (after the InitProducerId, so that no
+    earlier attempt's request can still land): None, and nothing sent, if the group already stands
+    past these offsets on some partition. An earlier call may have moved it further and died
+    before recording it; committing these would move it back."""
     tid = offsets.carrier
     if tid is None:
         raise ValueError("an offsets transaction needs the id that carries it (offsets.carrier)")
@@ -57,6 +63,12 @@ def begin(control: ControlClient, batch: str, offsets: SourceOffsets,
                                        f"{began.error}")
         if confirm_owner is not None:
             confirm_owner()
+        if ahead_within_s is not None:
+            where = f"batch {batch}'s source offsets, before committing them to group " \
+                    f"{offsets.group!r}"
+            held = _stable_offsets(control, where, offsets, ahead_within_s)
+            if any(held.get((t, p), -1) > o for t, p, o in offsets.offsets):
+                return None
         try:
             _offsets_into(control, batch, tid, began.producer_id, began.epoch, offsets)
         except (SourceOffsetsError, ControlError):
@@ -98,7 +110,7 @@ def finish(control: ControlClient, opened: OpenOffsets, stable_within_s: float) 
 
 
 def commit_alone(control: ControlClient, batch: str, offsets: SourceOffsets,
-                 stable_within_s: float, confirm_owner: Callable[[], None]) -> None:
+                 stable_within_s: float, confirm_owner: Callable[[], None]) -> bool:
     """A batch's offsets, committed in a transaction of their own on the id `offsets.carrier`
     (`alone_id`, which the batch's intent or a record of the call names first): InitProducerId,
     AddOffsetsToTxn, TxnOffsetCommit, EndTxn(commit), InitProducerId again, then OffsetFetch
@@ -124,7 +136,10 @@ def commit_alone(control: ControlClient, batch: str, offsets: SourceOffsets,
     - only then is the outcome recorded, and a later batch's offsets go in later than that.
     A redo by recovery first bumps the epoch again, which aborts whatever an earlier, interrupted
     attempt left open on the id (its offsets with it) and fences its late copies; committing the
-    same offsets twice changes nothing.
+    same offsets twice changes nothing. A redo may also be asked for an older batch's offsets than
+    an earlier call committed and died before recording (a batch in between became unreadable
+    meanwhile, so the plan stops before it): after its InitProducerId it reads the group's stable
+    offsets and commits nothing if the group stands past them (returns False; True: committed).
 
     No record names the epoch the first InitProducerId gives, so a driver paused after its intent
     could otherwise wake after another driver settled that intent and committed later batches, and
@@ -134,12 +149,15 @@ def commit_alone(control: ControlClient, batch: str, offsets: SourceOffsets,
     that append and this call stops (LogOwnershipLost) before any offsets are sent.
     """
     try:
-        opened = begin(control, batch, offsets, confirm_owner)
+        opened = begin(control, batch, offsets, confirm_owner, ahead_within_s=stable_within_s)
     except SourceOffsetsRefused as exc:
         raise SourceOffsetsError(f"batch {batch} is decided, but committing its source offsets "
                                  f"to group {offsets.group!r} failed: {exc.reason}. "
                                  + _RETRY) from exc
+    if opened is None:
+        return False
     finish(control, opened, stable_within_s)
+    return True
 
 
 def begin_with_headroom(control: ControlClient, tid: str) -> FenceResult:
@@ -172,10 +190,11 @@ def _offsets_into(control: ControlClient, batch: str, tid: str, pid: int, epoch:
         raise SourceOffsetsRefused(batch, offsets.group, "TxnOffsetCommit: " + "; ".join(refused))
 
 
-def _wait_until_stable(control: ControlClient, where: str, offsets: SourceOffsets,
-                       within_s: float) -> None:
-    """Until OffsetFetch (require_stable) answers the group's offsets without
-    UNSTABLE_OFFSET_COMMIT: the commit marker reached the group's partition."""
+def _stable_offsets(control: ControlClient, where: str, offsets: SourceOffsets,
+                    within_s: float) -> dict[tuple[str, int], int]:
+    """The group's committed offsets of `offsets`' partitions (-1: none), once OffsetFetch
+    (require_stable) answers them without UNSTABLE_OFFSET_COMMIT: no transaction holds newer ones
+    pending and every commit marker reached the group's partition."""
     deadline = time.monotonic() + within_s
     pause = 0.001
     partitions = [(t, p) for t, p, _ in offsets.offsets]
@@ -183,22 +202,37 @@ def _wait_until_stable(control: ControlClient, where: str, offsets: SourceOffset
         try:
             answer = control.group_offsets(offsets.group, partitions, require_stable=True)
         except ControlError as exc:
-            raise SourceOffsetsError(f"{where}: committed, but reading the group's offsets back "
-                                     f"failed: {type(exc).__name__}: {exc}. " + _RETRY) from exc
+            raise SourceOffsetsError(f"{where}: reading the group's offsets failed: "
+                                     f"{type(exc).__name__}: {exc}. " + _RETRY) from exc
         codes = {tp: p.error_code for tp, p in answer.partitions.items() if p.error_code}
         if answer.error_code:
             codes[("", -1)] = answer.error_code
         if not codes:
-            return
+            return {tp: p.offset for tp, p in answer.partitions.items()}
         if set(codes.values()) != {_UNSTABLE}:
-            raise SourceOffsetsError(f"{where}: committed, but reading the group's offsets back "
-                                     f"answered {sorted({error_name(c) for c in codes.values()})}. "
+            raise SourceOffsetsError(f"{where}: reading the group's offsets answered "
+                                     f"{sorted({error_name(c) for c in codes.values()})}. "
                                      + _RETRY)
         if time.monotonic() >= deadline:
             raise SourceOffsetsError(
-                f"{where}: committed, but after {within_s:.0f} s the group still shows offsets of "
-                f"{sorted(tp for tp in codes if tp[1] >= 0)} pending (UNSTABLE_OFFSET_COMMIT): the "
+                f"{where}: after {within_s:.0f} s the group still shows offsets of "
+                f"{sorted(tp for tp in codes if tp[1] >= 0)} pending (UNSTABLE_OFFSET_COMMIT): a "
                 "commit's marker has not reached the group's partition. " + _RETRY
                 + " in a new transaction of the same producer id, whose marker ends them")
         time.sleep(pause)
         pause = min(pause * 2, 0.05)
+
+
+def _wait_until_stable(control: ControlClient, where: str, offsets: SourceOffsets,
+                       within_s: float) -> None:
+    """Until the group shows the offsets just committed, stable. A group found behind them was not
+    moved (the commit's marker ended otherwise: an abort from outside after a dropped marker), and
+    nothing may record them moved."""
+    held = _stable_offsets(control, f"{where} (committed)", offsets, within_s)
+    behind = [(t, p, held.get((t, p), -1), o) for t, p, o in offsets.offsets
+              if held.get((t, p), -1) < o]
+    if behind:
+        t, p, got, want = behind[0]
+        raise SourceOffsetsError(f"{where}: committed, but the group shows {t}-{p} at {got}, "
+                                 f"behind {want} (and {len(behind) - 1} more): the commit did not "
+                                 "take effect. " + _RETRY)

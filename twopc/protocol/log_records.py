@@ -175,9 +175,11 @@ class OffsetsCommitted:
     """The consumer group took batch ``batch``'s source offsets (its intent's), in their own
     transaction, after every batch up to it was proven visible (protocol/offsets.py): the
     offsets of ``batch`` and of every batch intended before it are moved, never to be committed
-    again (an older batch's would move the group back)."""
+    again (an older batch's would move the group back). ``intent_seq``: that batch's intent, the
+    bound (its records may be purged before this one's)."""
 
     batch: str
+    intent_seq: int
 
 
 @dataclass(frozen=True)
@@ -237,7 +239,7 @@ def to_body(record: LogRecord) -> dict[str, Any]:
         body = {"kind": "stranded", "held": [[b, t, why] for b, t, why in record.held],
                 "cleared": _ids(record.cleared)}
     elif isinstance(record, OffsetsCommitted):
-        body = {"kind": "offsets_committed", "batch": record.batch}
+        body = {"kind": "offsets_committed", "batch": record.batch, "intent": record.intent_seq}
     elif isinstance(record, Lease):
         body = {"kind": "lease", "job": record.job, "run": record.run,
                 "until_ms": int(record.until_ms), "since_ms": int(record.since_ms),
@@ -302,7 +304,7 @@ def from_body(body: dict[str, Any]) -> LogRecord:
             return Copying(_batch(get("batch")), _tuple(get("ids")),
                            tuple(_source(s) for s in pd.items(get("sources"), "sources")))
         if kind == "offsets_committed":
-            return OffsetsCommitted(_batch(get("batch")))
+            return OffsetsCommitted(_batch(get("batch")), _seq(get("intent")))
         if kind == "resolved":
             decision = pd.text(get("decision"), "decision")
             if decision not in DECISIONS:

@@ -207,6 +207,7 @@ class OffsetsPlan:
 
     batch: str | None = None
     offsets: SourceOffsets | None = None
+    intent_seq: int | None = None  # `batch`'s intent (the `offsets_committed` record names it)
     waiting: tuple[str, ...] = ()
     blocked_by: str | None = None
     why: str = ""
@@ -230,13 +231,14 @@ def plan_offsets(state: LogState) -> OffsetsPlan:
             waiting = tuple(x.batch for x in ordered[i:] if x.offsets_pending)
             if waiting:
                 return OffsetsPlan(newest.batch if newest else None,
-                                   newest.offsets if newest else None, waiting, b.batch, why)
+                                   newest.offsets if newest else None,
+                                   newest.intent_seq if newest else None, waiting, b.batch, why)
             break
         if b.offsets_pending:
             newest = b
     if newest is None:
         return OffsetsPlan()
-    return OffsetsPlan(newest.batch, newest.offsets)
+    return OffsetsPlan(newest.batch, newest.offsets, newest.intent_seq)
 
 
 def _unproven(b: BatchState, held: bool) -> str:

@@ -189,23 +189,21 @@ def fold(records: Iterable[tuple[int, LogRecord]], url: str = "", start_seq: int
         if isinstance(rec, Orphans | RollForward | Copying):
             continue
         if isinstance(rec, OffsetsCommitted):
-            _offsets_moved(batches, rec.batch, seq)
+            _offsets_moved(batches, rec, seq)
             continue
         cur = batches.get(rec.batch) or BatchState(rec.batch, first_seq=seq)
         batches[rec.batch] = replace(_step(cur, seq, rec, url, start_seq), last_seq=seq)
     return LogState(batches, last, holds, lease)
 
 
-def _offsets_moved(batches: dict[str, BatchState], batch: str, seq: int) -> None:
-    """The group took `batch`'s end offsets: those of every batch intended up to it are moved (end
-    offsets cover every earlier batch's), never to be committed again."""
-    target = batches.get(batch)
-    bound = target.intent_seq if target is not None and target.intent_seq is not None else seq
+def _offsets_moved(batches: dict[str, BatchState], rec: OffsetsCommitted, seq: int) -> None:
+    """The group took `rec.batch`'s end offsets: those of every batch intended up to it are moved
+    (end offsets cover every earlier batch's), never to be committed again."""
     for name, b in batches.items():
-        if b.intent_seq is not None and b.intent_seq <= bound and b.offsets is not None:
+        if b.intent_seq is not None and b.intent_seq <= rec.intent_seq and b.offsets is not None:
             batches[name] = replace(b, offsets_moved=True)
-    if target is not None:
-        batches[batch] = replace(batches[batch], last_seq=seq)
+    if rec.batch in batches:
+        batches[rec.batch] = replace(batches[rec.batch], last_seq=seq)
 
 
 def _next_lease(cur: JobLease | None, rec: Lease, seq: int) -> JobLease | None:
@@ -294,7 +292,8 @@ def _next(cur: BatchState, seq: int, rec: LogRecord, url: str, start: int) -> Ba
         # committed them: the batch keeps those.
         kept = cur.offsets if cur.status is _PA else None
         return replace(cur, status=nxt, intent_seq=seq, intent=rec.handles,
-                       before_intent=cur.status, offsets=rec.offsets or kept)
+                       before_intent=cur.status, offsets=rec.offsets or kept,
+                       offsets_moved=cur.offsets_moved and rec.offsets is None)
     if step is Step.COMMIT:
         return replace(cur, status=nxt, committed={**cur.committed, **by_partition(cur.intent)})
     if step is Step.PARTIAL:
