@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.integration
 @pytest.mark.spark
+@pytest.mark.slow  # minutes of Spark: off the default suite, kept within its 90-minute budget
 def test_soak_short(broker: KafkaUnderTest, tmp_path: Path) -> None:
     path = os.pathsep.join([str(ROOT), str(ROOT / "testing"), os.environ.get("PYTHONPATH", "")])
     proc = subprocess.run(
