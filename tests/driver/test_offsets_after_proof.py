@@ -56,6 +56,12 @@ def _group(scenario: Scenario, group: str, source: str,
                                 wait_s)
 
 
+def _offsets_end_txn_answers_lost(scenario: Scenario, count: int | None) -> f.FaultPlan:
+    """The answers of the offsets' own EndTxn dropped: `count` of them (None: every one)."""
+    return f.FaultPlan((f.Fault("END_TXN", f.Action.DROP_ANSWER, count=count,
+                                transactional_id=alone_id(scenario.prefix)),))
+
+
 def _moves(scenario: Scenario) -> list[str]:
     return [r.batch for r in (from_body(x.body) for x in open_log(scenario.log_url).records())
             if isinstance(r, OffsetsCommitted)]
@@ -127,8 +133,7 @@ def test_a_lost_answer_of_the_offsets_end_txn_is_redone_by_the_next_call(
     recovery) commits them again: same offsets, no harm."""
     source, group = make_topic(2), f"g-{uuid.uuid4().hex[:8]}"
     offsets = ends(group, source, 8, 3)
-    plan = f.FaultPlan((f.Fault("END_TXN", f.Action.DROP_ANSWER,
-                                transactional_id=alone_id(scenario.prefix)),))
+    plan = _offsets_end_txn_answers_lost(scenario, count=None)
     with f.injected(plan), pytest.raises(Exception, match="source offsets"):
         scenario.driver(faulty).commit("0", scenario.write("0"), offsets)
     assert plan.fired
@@ -146,8 +151,7 @@ def test_a_lost_answer_once_is_committed_again_in_the_same_call(
     """The offsets' EndTxn answer is lost once: the call commits them again in a new transaction
     (the same offsets) and returns committed, the move recorded once."""
     source, group = make_topic(2), f"g-{uuid.uuid4().hex[:8]}"
-    plan = f.FaultPlan((f.Fault("END_TXN", f.Action.DROP_ANSWER, count=1,
-                                transactional_id=alone_id(scenario.prefix)),))
+    plan = _offsets_end_txn_answers_lost(scenario, count=1)
     with f.injected(plan):
         report = scenario.driver(faulty).commit("0", scenario.write("0"), ends(group, source, 4, 6))
     assert plan.fired and report.status == "committed"
