@@ -27,7 +27,10 @@ Sampled every `--sample-s` seconds: micro-batches done (Spark's commits log), th
 streaming driver's Python process, of its JVM, of its Python workers and of the broker
 (/proc/<pid>/status VmRSS), the size on disk and the record count of the query's twopc log and of
 the job family's log (and its job-index entries), and the commit latency of the newest micro-batch
-(the sink's journal, observe/batch-<id>.json). At the end the feeder stops, the query drains, and
+(the sink's journal, observe/batch-<id>.json). Every `--live-heap-every-s` seconds the driver's JVM
+is asked for a full collection (`jcmd <pid> GC.run`) and its heap and metaspace in use are read
+right after (`jstat -gc`): the live set, which tells a leak from a heap still growing towards its
+-Xmx (RSS alone cannot). At the end the feeder stops, the query drains, and
 both output topics are audited (read_committed: every id exactly once, none missing, no
 transaction open); the group's committed offsets must equal the last batch's end offsets.
 
@@ -161,6 +164,21 @@ def rss_kib(pid: int | None) -> int | None:
     except OSError:
         return None
     return None
+
+
+def jvm_live_heap_kib(pid: int) -> tuple[int, int] | None:
+    """(heap used, metaspace used) in KiB of JVM `pid` right after a full collection asked for by
+    `jcmd GC.run`: the heap's live set. RSS alone cannot tell a leak from a heap still expanding
+    towards -Xmx; the live set after a full GC can. None when the JVM is gone or the tools fail."""
+    try:
+        subprocess.run(["jcmd", str(pid), "GC.run"], capture_output=True, timeout=60, check=True)
+        out = subprocess.run(["jstat", "-gc", str(pid)], capture_output=True, text=True,
+                             timeout=60, check=True).stdout.split("\n")
+        row = dict(zip(out[0].split(), (float(v) for v in out[1].split()), strict=False))
+        used = row["S0U"] + row["S1U"] + row["EU"] + row["OU"]
+        return round(used), round(row["MU"])
+    except (OSError, subprocess.SubprocessError, KeyError, IndexError, ValueError):
+        return None
 
 
 def _comm(pid: int) -> str:
@@ -335,6 +353,7 @@ class Soak:
         self.runs = 0
         self.job_round = 0
         self.broker: Any = None
+        self.next_live_heap = 0.0
 
     # ---- bookkeeping ----
 
@@ -424,6 +443,10 @@ class Soak:
         jobs_bytes, jobs_files = dir_usage(self.jobs_checkpoint / "records")
         jobs_index_bytes, jobs_index = dir_usage(self.jobs_checkpoint / "index")
         latency_batch, latency = last_commit_latency_ms(self.checkpoint)
+        live = None
+        if jvm is not None and self.args.live_heap_every_s and time.monotonic() >= self.next_live_heap:
+            live = jvm_live_heap_kib(jvm)
+            self.next_live_heap = time.monotonic() + self.args.live_heap_every_s
         broker_pid = None
         if self.broker is not None and self.broker.local is not None:
             broker_pid = self.broker.local.nodes[0].pid
@@ -436,6 +459,8 @@ class Soak:
             "jobs_log_bytes": jobs_bytes, "jobs_log_records": jobs_files,
             "jobs_index_bytes": jobs_index_bytes, "jobs_index_entries": jobs_index,
             "commit_latency_ms": latency, "latency_batch": latency_batch,
+            "driver_jvm_live_heap_kib": live[0] if live else None,
+            "driver_jvm_metaspace_kib": live[1] if live else None,
             "load_1m": os.getloadavg()[0],
         })
 
@@ -609,7 +634,8 @@ class Soak:
 
 # --- results, plot, report -------------------------------------------------------------------------
 
-SERIES = ("driver_jvm_rss_kib", "driver_python_rss_kib", "python_workers_rss_kib", "broker_rss_kib",
+SERIES = ("driver_jvm_rss_kib", "driver_jvm_live_heap_kib", "driver_jvm_metaspace_kib",
+          "driver_python_rss_kib", "python_workers_rss_kib", "broker_rss_kib",
           "log_bytes", "log_records", "observe_bytes", "jobs_log_bytes", "jobs_log_records",
           "jobs_index_entries", "commit_latency_ms")
 
@@ -660,7 +686,9 @@ def plot(result: dict[str, Any], path: Path) -> None:
     line(axes[0], "driver_python_rss_kib", "driver Python process", 1024)
     line(axes[0], "python_workers_rss_kib", "PySpark workers (sum)", 1024)
     line(axes[0], "broker_rss_kib", "Kafka broker", 1024)
-    axes[0].set_ylabel("RSS (MiB)")
+    line(axes[0], "driver_jvm_live_heap_kib", "Spark driver JVM: heap live after full GC", 1024)
+    line(axes[0], "driver_jvm_metaspace_kib", "Spark driver JVM: metaspace used", 1024)
+    axes[0].set_ylabel("RSS / heap (MiB)")
     line(axes[1], "log_bytes", "query log records/ (KiB)", 1024)
     line(axes[1], "jobs_log_bytes", "job family log records/ (KiB)", 1024)
     line(axes[1], "observe_bytes", "query journal observe/ (KiB)", 1024)
@@ -706,6 +734,8 @@ def report(result: dict[str, Any], command: str) -> str:
     m = result["machine"]
     rows = [
         ("Spark driver JVM RSS", "driver_jvm_rss_kib", 1024, " MiB"),
+        ("Spark driver JVM heap live after full GC", "driver_jvm_live_heap_kib", 1024, " MiB"),
+        ("Spark driver JVM metaspace used", "driver_jvm_metaspace_kib", 1024, " MiB"),
         ("driver Python RSS", "driver_python_rss_kib", 1024, " MiB"),
         ("PySpark workers RSS (sum)", "python_workers_rss_kib", 1024, " MiB"),
         ("broker RSS", "broker_rss_kib", 1024, " MiB"),
@@ -725,13 +755,21 @@ def report(result: dict[str, Any], command: str) -> str:
                      f"{_fmt(q['last_quarter_median'], scale, unit)} | "
                      f"{'-' if q['change_pct'] is None else str(q['change_pct']) + ' %'} | "
                      f"{_fmt(q['max'], scale, unit)} |")
-    life = ["| lifetime (batches) | JVM RSS early | JVM RSS late | Python RSS early | Python RSS late |",
-            "|---|---:|---:|---:|---:|"]
+    life = ["| lifetime (batches) | JVM RSS early | JVM RSS late | JVM live heap early | JVM live heap late "
+            "| Python RSS early | Python RSS late |",
+            "|---|---:|---:|---:|---:|---:|---:|"]
+    lives = {(x["from_batch"], x["to_batch"]): x
+             for x in result["lifetimes"].get("driver_jvm_live_heap_kib", [])}
     for jvm, py in zip(result["lifetimes"]["driver_jvm_rss_kib"],
                        result["lifetimes"]["driver_python_rss_kib"], strict=False):
+        # The live heap is sampled less often: its lifetime is matched by the nearest bounds.
+        heap = min(lives.values(), key=lambda x: abs(x["from_batch"] - jvm["from_batch"])
+                   + abs(x["to_batch"] - jvm["to_batch"]), default=None)
         life.append(f"| {jvm['from_batch']}-{jvm['to_batch']} | {_fmt(jvm['early'], 1024, ' MiB')} | "
-                    f"{_fmt(jvm['late'], 1024, ' MiB')} | {_fmt(py['early'], 1024, ' MiB')} | "
-                    f"{_fmt(py['late'], 1024, ' MiB')} |")
+                    f"{_fmt(jvm['late'], 1024, ' MiB')} | "
+                    f"{_fmt(heap['early'] if heap else None, 1024, ' MiB')} | "
+                    f"{_fmt(heap['late'] if heap else None, 1024, ' MiB')} | "
+                    f"{_fmt(py['early'], 1024, ' MiB')} | {_fmt(py['late'], 1024, ' MiB')} |")
     exits = [e for e in events if e["kind"] == "query_exited"]
     job_rows = [j for j in result["jobs"]]
     statuses: dict[str, int] = {}
@@ -751,8 +789,8 @@ def report(result: dict[str, Any], command: str) -> str:
         f"- machine: {m['nproc']} cores ({m['cpu']}), {m['memory_gib']} GiB, Python {m['python']}, "
         f"PySpark {m['pyspark']}, confluent-kafka {m['confluent_kafka']} "
         f"(librdkafka {m['librdkafka']}), "
-        f"{m['java']}, Kafka {result['params']['kafka']}; shared with another long job (a torture run), "
-        f"load average at the start {m['load_average'][0]:.1f}, median over the run "
+        f"{m['java']}, Kafka {result['params']['kafka']}; load average at the start "
+        f"{m['load_average'][0]:.1f}, median over the run "
         f"{statistics.median(s['load_1m'] for s in result['samples']):.1f}",
         f"- duration: {result['duration_s'] / 60:.1f} min; micro-batches committed: "
         f"{checks['last_batch'] + 1} "
@@ -830,6 +868,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--trigger-ms", type=int, default=100, help="processingTime trigger (ms)")
     parser.add_argument("--driver-memory", default="768m", help="spark.driver.memory of the drivers")
     parser.add_argument("--sample-s", type=float, default=3.0, help="seconds between samples")
+    parser.add_argument("--live-heap-every-s", type=float, default=60.0,
+                        help="every S seconds, a full GC of the driver's JVM (jcmd GC.run) and its live "
+                             "heap and metaspace measured (jstat); 0: never")
     parser.add_argument("--max-minutes", type=float, default=100.0,
                         help="stop feeding after this long even if --batches is not reached")
     parser.add_argument("--seed", type=int, default=31, help="seed of the fault timing")
@@ -861,7 +902,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "events": soak.events, "jobs": soak.jobs, "samples": soak.samples,
         "stats": {key: quarters(soak.samples, key) for key in SERIES},
         "lifetimes": {key: lifetimes(soak.samples, soak.events, key)
-                      for key in ("driver_jvm_rss_kib", "driver_python_rss_kib")},
+                      for key in ("driver_jvm_rss_kib", "driver_python_rss_kib",
+                                  "driver_jvm_live_heap_kib")},
     }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -27,6 +27,7 @@ def test_soak_short(broker: KafkaUnderTest, tmp_path: Path) -> None:
         [sys.executable, "-m", "benchmarks.soak", "--batches", "12", "--kill-every", "6",
          "--broker-every", "0", "--jobs-first-s", "0", "--jobs-every-s", "100000",
          "--jobs-per-round", "1", "--job-rows", "20", "--rate", "40", "--sample-s", "1",
+         "--live-heap-every-s", "5",
          "--max-minutes", "10", "--work", str(tmp_path / "work"), "--out", str(tmp_path / "out")],
         cwd=ROOT, env={**os.environ, "PYTHONPATH": path,
                        "TWOPC_BOOTSTRAP_SERVERS": broker.bootstrap_servers},
@@ -41,6 +42,7 @@ def test_soak_short(broker: KafkaUnderTest, tmp_path: Path) -> None:
     kinds = [e["kind"] for e in result["events"]]
     assert kinds.count("fault_driver_kill") == 1
     assert any(s["driver_jvm_rss_kib"] for s in result["samples"])
+    assert any(s["driver_jvm_live_heap_kib"] for s in result["samples"])
     assert any(s["log_records"] for s in result["samples"])
     assert (tmp_path / "out" / "soak.png").stat().st_size > 0
     assert "PASS" in (tmp_path / "out" / "report.md").read_text()
