@@ -25,6 +25,7 @@ from twopc.broker.errors import BrokerSetupError
 POM = Path(__file__).with_name("pom.xml")
 # Spark's built-in Kafka sink, for the demo's and the benchmarks' at-least-once comparison.
 SPARK_KAFKA_POM = Path(__file__).with_name("spark-kafka-pom.xml")
+TOOLS_POM = Path(__file__).with_name("tools-pom.xml")
 SPARK_KAFKA_JARS_ENV = "TWOPC_SPARK_KAFKA_JARS"
 SPARK_KAFKA_VERSION_ENV = "TWOPC_SPARK_KAFKA_VERSION"
 # The newest release of Spark's Kafka package on Maven Central that the tests prove with the
@@ -61,6 +62,20 @@ def kafka_classpath(kafka_version: str) -> str:
         what=f"Apache Kafka {kafka_version}",
         hint=f"Is the version published on Maven Central as org.apache.kafka:kafka_2.13:{kafka_version}? "
         "Or point the tests at an existing cluster with TWOPC_BOOTSTRAP_SERVERS=host:port.",
+    )
+    return str(lib / "*")
+
+
+def kafka_tools_classpath(kafka_version: str) -> str:
+    """Kafka's command-line tools (org.apache.kafka:kafka-tools: `kafka-transactions.sh` and the
+    others) as a classpath wildcard, resolved with Maven on first use: what the tests run to act
+    as an operator would (twopc_testing/kafka_tools.py)."""
+    lib = cache_root() / "kafka-tools" / kafka_version / "lib"
+    resolve_jars(
+        TOOLS_POM, lib,
+        {"kafka.version": kafka_version, "slf4j.version": slf4j_version_for(kafka_version)},
+        expect="kafka-tools-*.jar", what=f"Apache Kafka's tools {kafka_version}",
+        hint=f"Is org.apache.kafka:kafka-tools:{kafka_version} published on Maven Central?",
     )
     return str(lib / "*")
 

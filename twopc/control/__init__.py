@@ -17,7 +17,13 @@ from twopc.control.errors import (
     TlsError,
     UnsupportedBrokerError,
 )
-from twopc.control.logcheck import FetchProbe, LogCheckResult, LogOutcome, UnknownReason
+from twopc.control.logcheck import (
+    FetchProbe,
+    LogCheckRequest,
+    LogCheckResult,
+    LogOutcome,
+    UnknownReason,
+)
 from twopc.control.outcomes import (
     EndTxnOutcome,
     EndTxnRequest,
@@ -46,6 +52,7 @@ __all__ = [
     "FenceResult",
     "FetchProbe",
     "KafkaApiError",
+    "LogCheckRequest",
     "LogCheckResult",
     "LogOutcome",
     "NotAuthorizedError",

@@ -25,7 +25,7 @@ from twopc.control import partitions as pa
 from twopc.control import transactions as tx
 from twopc.control.cluster import Cluster
 from twopc.control.config import settings_from_config
-from twopc.control.logcheck import FetchProbe, LogCheckResult
+from twopc.control.logcheck import FetchProbe, LogCheckRequest, LogCheckResult
 from twopc.control.messages import ApiKey, TopicInfo
 from twopc.control.outcomes import (
     EndTxnOutcome,
@@ -292,6 +292,21 @@ class ControlClient:
         a leader that cannot be reached for that long at most (else the retry settings)."""
         return self._call(pa.log_check(self._cluster, topic, partition, offset, producer_id, epoch,
                                        topic_id, budget_s))
+
+    def log_checks(self, checks: Sequence[LogCheckRequest], budget_s: float | None = None
+                   ) -> list[LogCheckResult]:
+        """`log_check` of each of `checks`, in flight together (at most 64 at once): what the
+        check of a batch's every span after a restart costs is a few round trips, not one per
+        span. Answers in the order asked."""
+        async def run() -> list[LogCheckResult]:
+            gate = asyncio.Semaphore(64)
+
+            async def one(c: LogCheckRequest) -> LogCheckResult:
+                async with gate:
+                    return await pa.log_check(self._cluster, c.topic, c.partition, c.offset,
+                                              c.producer_id, c.epoch, c.topic_id, budget_s)
+            return list(await asyncio.gather(*(one(c) for c in checks)))
+        return self._call(run()) if checks else []
 
     def read_transaction(self, topic: str, partition: int, first_offset: int, producer_id: int,
                          epoch: int, topic_id: str | None, expected: int,

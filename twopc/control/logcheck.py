@@ -27,6 +27,19 @@ class FetchProbe:
     first_batch: BatchHeader | None
 
 
+@dataclass(frozen=True)
+class LogCheckRequest:
+    """One `log_check`: the transaction of (`producer_id`, `epoch`) whose first record in
+    `topic`[`partition`] is at `offset`."""
+
+    topic: str
+    partition: int
+    offset: int
+    producer_id: int
+    epoch: int
+    topic_id: str | None = None
+
+
 class LogOutcome(enum.Enum):
     COMMITTED = "committed"
     ABORTED = "aborted"

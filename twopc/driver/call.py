@@ -30,6 +30,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from checkpoint import Log
+from checkpoint.memo import Memo
 from twopc.control import (
     ControlClient,
     ControlError,
@@ -108,6 +109,13 @@ def named_ids(record: LogRecord) -> tuple[str, ...]:
     if isinstance(record, Partial):
         return tuple(record.aborted)
     return ()
+
+
+# The committed batches this process has looked at since their commit: (log, owner id, batch,
+# intent) of each batch whose markers its own call saw land, or whose records a first look
+# proved committed from the log (`DriverCall._first_looks`). Lost on a restart, which is the point:
+# the first check after one proves the newest batch again.
+_first_look_done: Memo[tuple[str, str, str, int | None], bool] = Memo(1024)
 
 
 class DriverCall:
@@ -308,20 +316,50 @@ class DriverCall:
 
     def release_stranded(self, only: Collection[str] | None = None,
                          recheck_held: bool = True,
-                         patient: Collection[str] | None = None) -> StrandedReport:
+                         patient: Collection[str] | None = None,
+                         own: str | None = None) -> StrandedReport:
         """Check the markers of every committed batch the log holds (or those in `only`) and of
         every id held as stranded, and release what is stuck (stranded.py); the bounded wait only
-        for the batches in `patient` (all if None)."""
+        for the batches in `patient` (all if None). `own`: the batch whose EndTxns this call
+        sent and saw answered committed just now (its first look is this check)."""
         held = self.state.stranded if recheck_held else ()
         committed = to_check(self.state.batches.values(), only, held)
         wait = self.settings.stranded_wait_ms
         report = release_stranded_commits(self, committed, wait_ms=wait,
-                                          grace_ms=min(STRANDED_GRACE_MS, wait), patient=patient)
+                                          grace_ms=min(STRANDED_GRACE_MS, wait), patient=patient,
+                                          prove=self._first_looks(committed, own))
+        for batch in report.proven:
+            _first_look_done.put(self._look_key(self.state.batches[batch]), True)
         if only is None and recheck_held:
             self._released = self._coverage()
         return report
 
-    def verify_markers(self, batch: str, only: Collection[str] | None = None) -> None:
+    def _first_looks(self, batches: Sequence[BatchState], own: str | None) -> tuple[str, ...]:
+        """The newest committed batch other than `own`, unless this process saw its markers land
+        in its own call (or proved it before): that call may have died between its `committed`
+        record and its check, and what ended its records since (an outside abort after lost
+        markers) ends them aborted. Only the newest: a batch's commit call returns before the
+        next batch's begins, and a call that fails stops the query or job until recovery or the
+        next call, which looks first.
+        (A look right after a call's own EndTxns needs no proof: lost markers keep the
+        partitions open for seconds at least, which the check holds; nothing can abort them
+        within that call but a pause of the driver itself.)"""
+        newest = max((b for b in batches if b.status in (BatchStatus.COMMITTED, BatchStatus.PARTIAL)
+                      and b.committed and b.batch != own), key=lambda b: b.intent_seq or 0,
+                     default=None)
+        if newest is None or _first_look_done.get(self._look_key(newest)):
+            return ()
+        if self.log.index.get(f"loss:{newest.batch}") is not None:
+            # An operator acknowledged the loss a look proved (`Recovery.acknowledge_loss`).
+            _first_look_done.put(self._look_key(newest), True)
+            return ()
+        return (newest.batch,)
+
+    def _look_key(self, batch: BatchState) -> tuple[str, str, str, int | None]:
+        return (self.log.url, self.owner.owner_id, batch.batch, batch.intent_seq)
+
+    def verify_markers(self, batch: str, only: Collection[str] | None = None,
+                       own: bool = False) -> None:
         """A committed batch's markers landed, or were released. CommitUnverified if not: a
         commit whose markers are neither landed nor released is not a success.
 
@@ -332,7 +370,7 @@ class DriverCall:
         ids, and later checks look again (issue 30, item 5)."""
         crash_point("stranded.before_check")  # tests only: the torture suite pauses here
         try:
-            report = self.release_stranded(only, patient={batch})
+            report = self.release_stranded(only, patient={batch}, own=batch if own else None)
         except DataLossError:
             raise  # committed records found aborted: loud as it is, never wrapped
         except Exception as exc:
@@ -343,6 +381,8 @@ class DriverCall:
                                    "open and were not released: " + "; ".join(
                                        f"{n.transactional_id} {n.fate.value}: {report.why(n)}"
                                        for n in mine))
+        if own:  # its markers landed, seen by the call that sent its EndTxns
+            _first_look_done.put(self._look_key(self.state.batches[batch]), True)
 
     def _coverage(self) -> tuple[frozenset[tuple[str, int | None]], frozenset[str]]:
         committed = frozenset((b.batch, b.intent_seq) for b in self.state.batches.values()

@@ -46,7 +46,7 @@ from twopc.protocol.copies import RepairPolicy, plan_copy, rerun_replaces_lost
 from twopc.protocol.enums import TextEnum
 from twopc.protocol.handle import Handle, ResultKind, WriteResult
 from twopc.protocol.log_records import Aborted, Committed, Duplicates, Prepared
-from twopc.protocol.offsets import SourceOffsets, SourceOffsetsRefused, needs_offsets
+from twopc.protocol.offsets import SourceOffsets, SourceOffsetsError, SourceOffsetsRefused, needs_offsets
 from twopc.protocol.owner import Owner, OwnerKind
 from twopc.protocol.plans import CommitAction, partitioning_note, plan_abort, plan_commit
 from twopc.protocol.state import BatchState, BatchStatus, TxnKey, txn_key
@@ -362,7 +362,7 @@ class Coordinator:
         # They must be released before any later transaction on the same ids touches those
         # partitions: its markers end the stranded records too, and an abort loses them (found by
         # the torture suite). So a commit returns only once its markers landed or were released.
-        call.verify_markers(batch)
+        call.verify_markers(batch, own=True)
         report = CommitReport(batch, CommitStatus.COMMITTED, committed=tuple(ids), orphans=orphans)
         _finish_commit(call, batch, orphans, opened, report)
         return report
@@ -476,7 +476,18 @@ def _abandoned_on_error(call: DriverCall, opened: OpenOffsets | None) -> Iterato
 
 def _move_offsets(call: DriverCall, opened: OpenOffsets | None, report: CommitReport) -> None:
     """Move the group (call.py `move_source_offsets`); the report says what waits and why."""
-    plan = call.move_source_offsets(opened)
+    try:
+        plan = call.move_source_offsets(opened)
+    except LogOwnershipLost:
+        raise
+    except Exception as exc:
+        # The batch is committed by now; whatever failed (the checkpoint's append of the move, a
+        # broker request) must not read as the batch failing.
+        if opened is not None and not isinstance(exc, SourceOffsetsError):
+            exc.add_note(f"twopc: batch {opened.batch} is committed (nothing of it is lost); its "
+                         "source offsets are not recorded as moved: the next commit, a restart of "
+                         "the query or `twopc recover` moves them (never backwards)")
+        raise
     if plan.waiting:
         report.notes.append(
             f"the source offsets of batches {', '.join(plan.waiting)} are not committed to the "

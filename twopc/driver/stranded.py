@@ -30,7 +30,13 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from checkpoint.memo import Memo
-from twopc.control import ControlClient, EndTxnOutcome, EndTxnRequest, ReleaseResult
+from twopc.control import (
+    ControlClient,
+    EndTxnOutcome,
+    EndTxnRequest,
+    LogCheckRequest,
+    ReleaseResult,
+)
 from twopc.control.errors import error_name
 from twopc.errors import StrandedCommitAborted
 from twopc.protocol.handle import Handle, PartitionSpan
@@ -91,6 +97,7 @@ class StrandedReport:
     checked: int = 0  # handles looked at
     notes: list[StrandedNote] = field(default_factory=list)
     releases: dict[str, ReleaseResult] = field(default_factory=dict)
+    proven: tuple[str, ...] = ()  # batches of `prove` whose every span the log proved committed
 
     @property
     def released(self) -> tuple[str, ...]:
@@ -106,7 +113,8 @@ class StrandedReport:
     def merged(self, other: StrandedReport) -> StrandedReport:
         """Both checks' findings (recovery checks before its sweep and after it commits)."""
         return StrandedReport(self.checked + other.checked, [*self.notes, *other.notes],
-                              {**self.releases, **other.releases})
+                              {**self.releases, **other.releases},
+                              tuple(sorted({*self.proven, *other.proven})))
 
     def why(self, note: StrandedNote) -> str:
         """Why `note`'s transaction is left as it is (its failed release, if one was tried)."""
@@ -146,6 +154,7 @@ class Door(Protocol):
 def release_stranded_commits(call: Door,
                              batches: Iterable[BatchState], *, wait_ms: int, grace_ms: int,
                              patient: Collection[str] | None = None,
+                             prove: Collection[str] = (),
                              clock: Callable[[], float] = time.monotonic) -> StrandedReport:
     """Find the committed handles of `batches` whose partitions their open transaction still holds
     back (or may: unreadable), wait (bounded) while markers may be on their way, then record and
@@ -154,7 +163,11 @@ def release_stranded_commits(call: Door,
     `patient`: the batches whose undecided handles are worth the bounded wait (a commit's own
     batch); the others are judged on one look, and what is not settled stays held for a later
     check (None: every batch). So a partition that cannot be read for a while costs the commits
-    that do not touch it nothing but a hold."""
+    that do not touch it nothing but a hold.
+
+    `prove`: the batches seen for the first time since their own call may have died before its
+    check (DriverCall `_first_looks`): every span of theirs is proven committed by the log, not
+    only ended (`report.proven` names those proven)."""
     batches = list(batches)
     handles = committed_handles(batches)
     report = StrandedReport(checked=len(handles))
@@ -180,6 +193,23 @@ def release_stranded_commits(call: Door,
         log.error("a committed transaction still holds partitions open: %s (batch %s): %s",
                   n.transactional_id, n.batch, report.why(n))
     unreleased = {n.transactional_id: (n.batch, report.why(n)) for n in report.unreleased}
+    # A first look (`prove`): the batch's records ended, but ended committed? Lost markers and
+    # then an outside abort (`kafka-transactions.sh abort` of the hanging transaction) end them
+    # too, aborted, and only the log tells the two apart. An aborted one is held from now on,
+    # so that every later check proves it again and raises, until an operator acknowledges it.
+    looks = [(name, h) for name, h in handles if name in prove
+             and h.transactional_id not in unreleased and h.transactional_id not in call.state.stranded]
+    first_look = prove_holds(control, looks) if looks else HoldEvidence({}, {})
+    for name, h in looks:
+        lost = first_look.aborted.get(txn_key(h))
+        if lost is not None:
+            unreleased.setdefault(h.transactional_id,
+                                  (name, f"the log proves its committed records aborted: {lost}"))
+    report.proven = tuple(sorted(
+        b for b in set(prove) if any(bb == b for bb, _ in handles) and all(
+            h.transactional_id not in unreleased and h.transactional_id not in call.state.stranded
+            and first_look.proofs.get(h.transactional_id, (None, ""))[0] is HoldProof.COMMITTED
+            for bb, h in handles if bb == b)))
     # A hold goes only once the log proves its records committed (issue 30): never silently.
     candidates = to_prove(call.state, (h for _, h in handles), unreleased)
     evidence = prove_holds(control,
@@ -188,9 +218,10 @@ def release_stranded_commits(call: Door,
                            {t: p for t, (p, _) in evidence.proofs.items()})
     if changes is not None:
         call.append(changes)
-    if evidence.aborted:
-        raise StrandedCommitAborted([(b, h, evidence.aborted[txn_key(h)]) for b, h in handles
-                                     if txn_key(h) in evidence.aborted])
+    aborted = {**first_look.aborted, **evidence.aborted}
+    if aborted:
+        raise StrandedCommitAborted([(b, h, aborted[txn_key(h)]) for b, h in handles
+                                     if txn_key(h) in aborted])
     return report
 
 
@@ -206,21 +237,23 @@ class HoldEvidence:
 
 
 def prove_holds(control: ControlClient, handles: Sequence[tuple[str, Handle]]) -> HoldEvidence:
-    """The log checks of every span of the held ids' visible handles."""
+    """The log checks of every span of `handles` (the held ids' visible handles, or a batch's on
+    its first look), in flight together."""
     verdicts: dict[str, list[Verdict]] = {}
     why: dict[str, str] = {}
     aborted: dict[TxnKey, str] = {}
-    for _, h in handles:
-        for s in h.spans:
-            v = fate_of_log_check(control.log_check(s.topic, s.partition, s.first_offset,
-                                                    h.producer_id, h.epoch, s.topic_id,
-                                                    _PROOF_BUDGET_S))
-            verdicts.setdefault(h.transactional_id, []).append(v)
-            where = f"{s.topic}[{s.partition}]@{s.first_offset}: {v.reason}"
-            if v.fate is not Fate.COMMITTED:
-                why.setdefault(h.transactional_id, where)
-            if v.fate is Fate.ABORTED:
-                aborted.setdefault(txn_key(h), where)
+    spans = [(h, s) for _, h in handles for s in h.spans]
+    answers = control.log_checks([LogCheckRequest(s.topic, s.partition, s.first_offset,
+                                                  h.producer_id, h.epoch, s.topic_id)
+                                  for h, s in spans], _PROOF_BUDGET_S)
+    for (h, s), answer in zip(spans, answers, strict=True):
+        v = fate_of_log_check(answer)
+        verdicts.setdefault(h.transactional_id, []).append(v)
+        where = f"{s.topic}[{s.partition}]@{s.first_offset}: {v.reason}"
+        if v.fate is not Fate.COMMITTED:
+            why.setdefault(h.transactional_id, where)
+        if v.fate is Fate.ABORTED:
+            aborted.setdefault(txn_key(h), where)
     return HoldEvidence({t: (proof_of(vs), why.get(t, "")) for t, vs in verdicts.items()},
                         aborted)
 
