@@ -3,7 +3,7 @@ batch the Coordinator committed whose markers a broker SIGKILL dropped, against 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import cast
 
@@ -16,7 +16,7 @@ from tests.broker.test_restart_mid_commit import _stranded_commit
 from tests.driver.support import DriverUnderTest
 from twopc.broker.under_test import KafkaUnderTest
 from twopc.control import ControlClient, TransactionDescription, TxnState
-from twopc.control.logcheck import LogCheckResult, LogOutcome
+from twopc.control.logcheck import LogCheckRequest, LogCheckResult, LogOutcome
 from twopc.driver.stranded import _latest_first_offsets, prove_holds
 from twopc.log.session import Session
 from twopc.ops.audit import audit_topic, wait_until_stable
@@ -270,6 +270,10 @@ class _LogChecks:
         if first_offset >= self.aborted_from:
             return LogCheckResult(LogOutcome.ABORTED, detail=f"aborted from offset {first_offset}")
         return LogCheckResult(LogOutcome.COMMITTED)
+
+    def log_checks(self, checks: Sequence[LogCheckRequest], budget_s: float) -> list[LogCheckResult]:
+        return [self.log_check(c.topic, c.partition, c.offset, c.producer_id, c.epoch, c.topic_id,
+                               budget_s) for c in checks]
 
 
 def test_a_loss_is_the_handles_with_an_aborted_span_not_every_handle_of_the_id() -> None:
