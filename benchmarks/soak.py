@@ -802,8 +802,10 @@ def report(result: dict[str, Any], command: str) -> str:
         f"{result['params']['rate']} records/s; the sink "
         "has no option for the retained-batch count: the driver keeps its default (`retain_batches` = 10, "
         "twopc/driver/call.py), so every commit past the tenth purges",
-        f"- faults injected: {kinds.get('fault_driver_kill', 0)} driver SIGKILLs (whole session, every "
-        f"{result['params']['kill_every']} micro-batches), {kinds.get('fault_broker_kill', 0)} broker "
+        f"- faults injected: {kinds.get('fault_driver_kill', 0)} driver SIGKILLs "
+        + (f"(whole session, every {result['params']['kill_every']} micro-batches)"
+           if result["params"]["kill_every"] else "(`--kill-every 0`: none)")
+        + f", {kinds.get('fault_broker_kill', 0)} broker "
         f"SIGKILL + restarts (every {result['params']['broker_every']} from "
         f"{result['params']['broker_offset']}); "
         f"the query stopped by itself {len(exits)} times (restarted)",
