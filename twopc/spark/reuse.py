@@ -13,6 +13,8 @@ Design: docs/design.md section 7.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import json
 import os
 import threading
@@ -79,6 +81,20 @@ def release_client(config: SinkConfig, client: ControlClient, *, healthy: bool) 
                 _clients[key] = (os.getpid(), client)
                 return
     client.close()
+
+
+@atexit.register
+def _close_kept_clients() -> None:
+    """At interpreter exit, close this process's kept clients: their connections' reader tasks
+    then end with their event loop, instead of asyncio printing "Task was destroyed but it is
+    pending!" for each when the interpreter tears the loop's thread down (every batch-job
+    driver did, after its job had committed)."""
+    with _shared_lock:
+        kept = [client for pid, client in _clients.values() if pid == os.getpid()]
+        _clients.clear()
+    for client in kept:
+        with contextlib.suppress(Exception):
+            client.close()
 
 
 @dataclass(frozen=True)
