@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import pytest
 from hypothesis import given
@@ -16,8 +16,14 @@ from tests.broker.test_restart_mid_commit import _stranded_commit
 from tests.driver.support import DriverUnderTest
 from twopc.broker.under_test import KafkaUnderTest
 from twopc.control import ControlClient, TransactionDescription, TxnState
-from twopc.control.logcheck import LogCheckRequest, LogCheckResult, LogOutcome
-from twopc.driver.stranded import _latest_first_offsets, prove_holds
+from twopc.control.logcheck import LogCheckRequest, LogCheckResult, LogOutcome, UnknownReason
+from twopc.driver.stranded import (
+    StrandedReport,
+    _latest_first_offsets,
+    prove_holds,
+    release_stranded_commits,
+)
+from twopc.errors import StrandedCommitAborted
 from twopc.log.session import Session
 from twopc.ops.audit import audit_topic, wait_until_stable
 from twopc.protocol.handle import Handle, PartitionSpan
@@ -32,7 +38,7 @@ from twopc.protocol.holds import (
     unreadable_spans,
 )
 from twopc.protocol.log_records import Committed, LogRecord, Prepared, Released, Stranded, from_body, to_body
-from twopc.protocol.state import BatchState, BatchStatus, fold, txn_key
+from twopc.protocol.state import BatchState, BatchStatus, LogState, fold, txn_key
 from twopc.protocol.verdicts import Fate, StrandedFate, Verdict, judge
 
 PID, EPOCH = 4000, 7
@@ -290,3 +296,80 @@ def test_a_loss_is_the_handles_with_an_aborted_span_not_every_handle_of_the_id()
     assert evidence.proofs["q-2-0"][0] is HoldProof.ABORTED  # the id's hold stays
     assert set(evidence.aborted) == {txn_key(late)}
     assert "@3" in evidence.aborted[txn_key(late)]
+
+
+class _FirstLookDoor:
+    """A call's door over a folded state, with a control client whose partitions are all stable
+    past every span and whose log checks answer from a table (no broker)."""
+
+    def __init__(self, state: LogState, answers: dict[tuple[str, int, int], LogCheckResult]) -> None:
+        self._state = state
+        self.answers = answers
+        self.appended: list[LogRecord] = []
+        self.asked = 0
+        self.control = self
+
+    @property
+    def state(self) -> LogState:
+        return self._state
+
+    def append(self, record: LogRecord) -> int:
+        self.appended.append(record)
+        self._state = fold([(self._state.last_seq + 1, record)], after=self._state)
+        return self._state.last_seq
+
+    def wait_stable(self, past: dict[tuple[str, int], int], within_s: float) -> dict[tuple[str, int], int]:
+        return {tp: first + 100 for tp, first in past.items()}
+
+    def log_checks(self, checks: Sequence[LogCheckRequest], budget_s: float) -> list[LogCheckResult]:
+        self.asked += len(checks)
+        return [self.answers.get((c.topic, c.partition, c.offset), LogCheckResult(LogOutcome.COMMITTED))
+                for c in checks]
+
+
+def _first_look(answers: dict[tuple[str, int, int], LogCheckResult]
+                ) -> tuple[_FirstLookDoor, StrandedReport | StrandedCommitAborted]:
+    a = Handle("q-0-0", PID, EPOCH, (PartitionSpan("t", 0, 5, 5, 1),), 1, "c", 0, 60000, 0, 0, 0)
+    b = Handle("q-1-0", PID + 1, EPOCH, (PartitionSpan("t", 1, 5, 5, 1),), 1, "c", 0, 60000, 1, 0, 0)
+    state = fold([(0, Prepared("1", (a, b))), (1, Committed("1", 0, ()))])
+    door = _FirstLookDoor(state, answers)
+    batches = list(state.batches.values())
+    try:
+        return door, release_stranded_commits(cast(Any, door), batches, wait_ms=1000,
+                                              grace_ms=100, prove=("1",))
+    except StrandedCommitAborted as exc:
+        return door, exc
+
+
+@pytest.mark.parametrize(("answer", "held", "raises"), [
+    (LogCheckResult(LogOutcome.COMMITTED), False, False),
+    (LogCheckResult(LogOutcome.ABORTED, detail="aborted from offset 5"), True, True),
+    (LogCheckResult(LogOutcome.UNKNOWN, UnknownReason.FETCH_ERROR, "leader unknown"), True, False),
+    (LogCheckResult(LogOutcome.NOT_YET_STABLE), True, False),
+    (LogCheckResult(LogOutcome.UNKNOWN, UnknownReason.BELOW_LOG_START, "retention"), False, False),
+], ids=["committed", "aborted", "fetch-failed", "not-yet-stable", "records-gone"])
+def test_a_first_look_proves_from_the_log_holds_what_it_cannot_yet_and_raises_a_loss(
+        answer: LogCheckResult, held: bool, raises: bool) -> None:
+    """The first look at a batch (its own call may have died before its check) asks the log of
+    every span: committed passes; aborted is held and raised (loud, at every later check too);
+    an answer the log cannot give yet (a fetch failing, not stable) is held, so that later checks
+    prove it (never dropped because a later batch became the newest); records the log no longer
+    has cannot be proven either way and are not held (a hold would block the offsets forever)."""
+    door, out = _first_look({("t", 1, 5): answer})
+    assert door.asked == 2  # each span once, in one round of log checks
+    assert isinstance(out, StrandedCommitAborted) is raises
+    holds = [r for r in door.appended if isinstance(r, Stranded)]
+    assert (("q-1-0" in door.state.stranded) is held), holds
+    assert "q-0-0" not in door.state.stranded
+    if not raises:
+        assert isinstance(out, StrandedReport) and out.looked == ("1",)
+
+
+def test_a_first_look_is_not_asked_for_without_prove() -> None:
+    """Every other check (the usual one after each commit) asks the log nothing."""
+    a = Handle("q-0-0", PID, EPOCH, (PartitionSpan("t", 0, 5, 5, 1),), 1, "c", 0, 60000, 0, 0, 0)
+    state = fold([(0, Prepared("1", (a,))), (1, Committed("1", 0, ()))])
+    door = _FirstLookDoor(state, {})
+    report = release_stranded_commits(cast(Any, door), list(state.batches.values()), wait_ms=1000,
+                                      grace_ms=100)
+    assert door.asked == 0 and report.looked == () and door.appended == []

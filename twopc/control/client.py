@@ -25,7 +25,13 @@ from twopc.control import partitions as pa
 from twopc.control import transactions as tx
 from twopc.control.cluster import Cluster
 from twopc.control.config import settings_from_config
-from twopc.control.logcheck import FetchProbe, LogCheckRequest, LogCheckResult
+from twopc.control.logcheck import (
+    FetchProbe,
+    LogCheckRequest,
+    LogCheckResult,
+    LogOutcome,
+    UnknownReason,
+)
 from twopc.control.messages import ApiKey, TopicInfo
 from twopc.control.outcomes import (
     EndTxnOutcome,
@@ -303,8 +309,12 @@ class ControlClient:
 
             async def one(c: LogCheckRequest) -> LogCheckResult:
                 async with gate:
-                    return await pa.log_check(self._cluster, c.topic, c.partition, c.offset,
-                                              c.producer_id, c.epoch, c.topic_id, budget_s)
+                    try:
+                        return await pa.log_check(self._cluster, c.topic, c.partition, c.offset,
+                                                  c.producer_id, c.epoch, c.topic_id, budget_s)
+                    except e.ControlError as exc:  # this span is unknown; the others still count
+                        return LogCheckResult(LogOutcome.UNKNOWN, UnknownReason.FETCH_ERROR,
+                                              f"{type(exc).__name__}: {exc}"[:500])
             return list(await asyncio.gather(*(one(c) for c in checks)))
         return self._call(run()) if checks else []
 

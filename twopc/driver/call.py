@@ -121,8 +121,10 @@ _first_look_done: Memo[tuple[str, str, str, int | None], bool] = Memo(1024)
 class DriverCall:
     """One call's session over the log, and its door to the transactions it touches."""
 
-    def __init__(self, log: Log, control: ControlClient, settings: DriverSettings) -> None:
+    def __init__(self, log: Log, control: ControlClient, settings: DriverSettings,
+                 first_look: bool = True) -> None:
         check_binding(log, settings.owner, create=True)
+        self.first_look = first_look
         self.log = log
         self.control = control
         self.settings = settings
@@ -328,7 +330,7 @@ class DriverCall:
         report = release_stranded_commits(self, committed, wait_ms=wait,
                                           grace_ms=min(STRANDED_GRACE_MS, wait), patient=patient,
                                           prove=self._first_looks(committed, own))
-        for batch in report.proven:
+        for batch in report.looked:
             _first_look_done.put(self._look_key(self.state.batches[batch]), True)
         if only is None and recheck_held:
             self._released = self._coverage()
@@ -344,6 +346,8 @@ class DriverCall:
         (A look right after a call's own EndTxns needs no proof: lost markers keep the
         partitions open for seconds at least, which the check holds; nothing can abort them
         within that call but a pause of the driver itself.)"""
+        if not self.first_look:
+            return ()
         newest = max((b for b in batches if b.status in (BatchStatus.COMMITTED, BatchStatus.PARTIAL)
                       and b.committed and b.batch != own), key=lambda b: b.intent_seq or 0,
                      default=None)

@@ -55,13 +55,17 @@ class Recovery:
     def owner(self) -> Owner:
         return self.settings.owner
 
-    def recover(self, on_progress: Callable[[int, int], None] | None = None) -> RecoveryReport:
+    def recover(self, on_progress: Callable[[int, int], None] | None = None,
+                first_look: bool = True) -> RecoveryReport:
         """Settle every recorded intent without outcome and fence the pool's unnamed open
         transactions. Run before any new writes; idempotent. UndecidedError if an outcome cannot
         be proven (nothing is guessed); a partly committed batch is left for its re-run.
+        `first_look` False: no first look at the newest committed batch (call.py
+        `_first_looks`), for a process that never commits and runs this before every
+        micro-batch (the streaming writer's planning): the committing process looks.
         `on_progress(settled, total)` follows the transactions being settled."""
         began = time.monotonic()
-        call = DriverCall(self.log, self.control, self.settings)
+        call = DriverCall(self.log, self.control, self.settings, first_look=first_look)
         pending = call.state.pending
         # Stranded commits first (the sweep's fences would do it too; this report keeps it).
         early = call.release_stranded()

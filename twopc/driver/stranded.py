@@ -35,7 +35,9 @@ from twopc.control import (
     EndTxnOutcome,
     EndTxnRequest,
     LogCheckRequest,
+    LogOutcome,
     ReleaseResult,
+    UnknownReason,
 )
 from twopc.control.errors import error_name
 from twopc.errors import StrandedCommitAborted
@@ -97,7 +99,7 @@ class StrandedReport:
     checked: int = 0  # handles looked at
     notes: list[StrandedNote] = field(default_factory=list)
     releases: dict[str, ReleaseResult] = field(default_factory=dict)
-    proven: tuple[str, ...] = ()  # batches of `prove` whose every span the log proved committed
+    looked: tuple[str, ...] = ()  # batches of `prove` whose every span the log was asked about
 
     @property
     def released(self) -> tuple[str, ...]:
@@ -114,7 +116,7 @@ class StrandedReport:
         """Both checks' findings (recovery checks before its sweep and after it commits)."""
         return StrandedReport(self.checked + other.checked, [*self.notes, *other.notes],
                               {**self.releases, **other.releases},
-                              tuple(sorted({*self.proven, *other.proven})))
+                              tuple(sorted({*self.looked, *other.looked})))
 
     def why(self, note: StrandedNote) -> str:
         """Why `note`'s transaction is left as it is (its failed release, if one was tried)."""
@@ -167,7 +169,7 @@ def release_stranded_commits(call: Door,
 
     `prove`: the batches seen for the first time since their own call may have died before its
     check (DriverCall `_first_looks`): every span of theirs is proven committed by the log, not
-    only ended (`report.proven` names those proven)."""
+    only ended (`report.looked` names those looked at)."""
     batches = list(batches)
     handles = committed_handles(batches)
     report = StrandedReport(checked=len(handles))
@@ -199,17 +201,23 @@ def release_stranded_commits(call: Door,
     # so that every later check proves it again and raises, until an operator acknowledges it.
     looks = [(name, h) for name, h in handles if name in prove
              and h.transactional_id not in unreleased and h.transactional_id not in call.state.stranded]
+    # A look the log could not answer yet (a leader away, not stable) is held too: every later
+    # check proves it again, and it goes only once proven committed. Records the log no longer
+    # has (retention, a re-created topic) cannot be proven either way: said, not held.
     first_look = prove_holds(control, looks) if looks else HoldEvidence({}, {})
     for name, h in looks:
+        tid = h.transactional_id
         lost = first_look.aborted.get(txn_key(h))
         if lost is not None:
-            unreleased.setdefault(h.transactional_id,
-                                  (name, f"the log proves its committed records aborted: {lost}"))
-    report.proven = tuple(sorted(
-        b for b in set(prove) if any(bb == b for bb, _ in handles) and all(
-            h.transactional_id not in unreleased and h.transactional_id not in call.state.stranded
-            and first_look.proofs.get(h.transactional_id, (None, ""))[0] is HoldProof.COMMITTED
-            for bb, h in handles if bb == b)))
+            unreleased.setdefault(tid, (name, f"the log proves its committed records aborted: {lost}"))
+        elif tid in first_look.retry:
+            unreleased.setdefault(tid, (name, "the first look after a restart could not read the "
+                                        f"log yet: {first_look.retry[tid]}"))
+        elif first_look.proofs[tid][0] is HoldProof.UNPROVEN:
+            log.warning("twopc: batch %s, %s: the log cannot tell whether its committed records "
+                        "ended committed (%s); not held", name, tid, first_look.proofs[tid][1])
+    # Looked at: proven, held (later checks go on), or past proving.
+    report.looked = tuple(sorted({name for name, _ in handles if name in prove}))
     # A hold goes only once the log proves its records committed (issue 30): never silently.
     candidates = to_prove(call.state, (h for _, h in handles), unreleased)
     evidence = prove_holds(control,
@@ -234,6 +242,9 @@ class HoldEvidence:
 
     proofs: dict[str, tuple[HoldProof, str]]
     aborted: dict[TxnKey, str]
+    # Ids with a span the log could not answer for yet (not stable, the fetch failed): asking
+    # again later may prove it, unlike records gone (retention, a re-created topic).
+    retry: dict[str, str] = field(default_factory=dict)
 
 
 def prove_holds(control: ControlClient, handles: Sequence[tuple[str, Handle]]) -> HoldEvidence:
@@ -246,6 +257,7 @@ def prove_holds(control: ControlClient, handles: Sequence[tuple[str, Handle]]) -
     answers = control.log_checks([LogCheckRequest(s.topic, s.partition, s.first_offset,
                                                   h.producer_id, h.epoch, s.topic_id)
                                   for h, s in spans], _PROOF_BUDGET_S)
+    retry: dict[str, str] = {}
     for (h, s), answer in zip(spans, answers, strict=True):
         v = fate_of_log_check(answer)
         verdicts.setdefault(h.transactional_id, []).append(v)
@@ -254,8 +266,10 @@ def prove_holds(control: ControlClient, handles: Sequence[tuple[str, Handle]]) -
             why.setdefault(h.transactional_id, where)
         if v.fate is Fate.ABORTED:
             aborted.setdefault(txn_key(h), where)
+        if answer.outcome is LogOutcome.NOT_YET_STABLE or answer.reason is UnknownReason.FETCH_ERROR:
+            retry.setdefault(h.transactional_id, where)
     return HoldEvidence({t: (proof_of(vs), why.get(t, "")) for t, vs in verdicts.items()},
-                        aborted)
+                        aborted, retry)
 
 
 # Per batch, its visible handles and the latest first offset of their spans per partition. A

@@ -80,13 +80,16 @@ def new_run() -> str:
 
 
 def prepare(config: SinkConfig, owner: Owner, job: str | None = None,
-            run: str | None = None) -> bool:
+            run: str | None = None, first_look: bool = True) -> bool:
     """Before any task of a new query, micro-batch or job writes. Returns True if `job` (a job id)
     is already committed: its re-run must write nothing.
 
     A batch job's run (`job` and `run` given) first takes its family's lease (JobFamilyBusy while
     another job of the family runs; twopc/driver/lease.py), then recovers; a run of a committed job
-    takes nothing and recovers nothing (it writes nothing, and another job may be running)."""
+    takes nothing and recovers nothing (it writes nothing, and another job may be running).
+    `first_look`: whether recovery proves the newest committed batch from the log when this
+    process has not seen it (Recovery.recover); the streaming writer's planning process, which
+    runs this before every micro-batch and never commits, leaves that to the committing one."""
     key = (config.prefix, json.dumps(config.producer_config, sort_keys=True),
            config.transaction_timeout_ms, config.trigger_interval_ms)
     with _checked_lock:
@@ -106,7 +109,7 @@ def prepare(config: SinkConfig, owner: Owner, job: str | None = None,
             # Recovery first (it binds the log): a job whose earlier run crashed after its intent
             # is rolled forward here and then counts as committed.
             try:
-                recovered = side.recovery.recover()
+                recovered = side.recovery.recover(first_look=first_look)
             except TwopcError as exc:  # UndecidedError carries what was done before it stopped
                 report_recovery(config, owner, getattr(exc, "report", None), "prepare")
                 raise
