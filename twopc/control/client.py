@@ -303,7 +303,8 @@ class ControlClient:
                    ) -> list[LogCheckResult]:
         """`log_check` of each of `checks`, in flight together (at most 64 at once): what the
         check of a batch's every span after a restart costs is a few round trips, not one per
-        span. Answers in the order asked."""
+        span. Answers in the order asked; a check that fails (no leader found, an error answer)
+        answers UNKNOWN (FETCH_ERROR) for its span only, naming what failed."""
         async def run() -> list[LogCheckResult]:
             gate = asyncio.Semaphore(64)
 

@@ -331,7 +331,7 @@ class DriverCall:
                                           grace_ms=min(STRANDED_GRACE_MS, wait), patient=patient,
                                           prove=self._first_looks(committed, own))
         for batch in report.looked:
-            _first_look_done.put(self._look_key(self.state.batches[batch]), True)
+            self._looked(self.state.batches[batch])
         if only is None and recheck_held:
             self._released = self._coverage()
         return report
@@ -355,12 +355,15 @@ class DriverCall:
             return ()
         if self.log.index.get(f"loss:{newest.batch}") is not None:
             # An operator acknowledged the loss a look proved (`Recovery.acknowledge_loss`).
-            _first_look_done.put(self._look_key(newest), True)
+            self._looked(newest)
             return ()
         return (newest.batch,)
 
     def _look_key(self, batch: BatchState) -> tuple[str, str, str, int | None]:
         return (self.log.url, self.owner.owner_id, batch.batch, batch.intent_seq)
+
+    def _looked(self, batch: BatchState) -> None:
+        _first_look_done.put(self._look_key(batch), True)
 
     def verify_markers(self, batch: str, only: Collection[str] | None = None,
                        own: bool = False) -> None:
@@ -386,7 +389,7 @@ class DriverCall:
                                        f"{n.transactional_id} {n.fate.value}: {report.why(n)}"
                                        for n in mine))
         if own:  # its markers landed, seen by the call that sent its EndTxns
-            _first_look_done.put(self._look_key(self.state.batches[batch]), True)
+            self._looked(self.state.batches[batch])
 
     def _coverage(self) -> tuple[frozenset[tuple[str, int | None]], frozenset[str]]:
         committed = frozenset((b.batch, b.intent_seq) for b in self.state.batches.values()
