@@ -191,6 +191,7 @@ def release_stranded_commits(call: Door,
         suspects = [(b, h) for b, h in handles if any(maybe_held(s, lso) for s in h.spans)]
     if suspects:  # else the usual case: one ListOffsets per leader
         _judge_and_release(call, suspects, report, wait_ms, grace_ms, clock, patient)
+        _await_releases(control, report, latest)
     for n in report.unreleased:
         log.error("a committed transaction still holds partitions open: %s (batch %s): %s",
                   n.transactional_id, n.batch, report.why(n))
@@ -325,6 +326,16 @@ def _judge_and_release(call: Door,
         (t, topic, p) for t, tps in sorted(to_release.items()) for topic, p in sorted(tps))))
     for tid, tps in sorted(to_release.items()):
         report.releases[tid] = call.release(tid, sorted(tps), producer_id=pids[tid])
+
+
+def _await_releases(control: ControlClient, report: StrandedReport,
+                    latest: Mapping[TopicPartition, int]) -> None:
+    """A release's markers are written after its EndTxn is answered: wait for them a moment
+    (the proof's budget), so that the check that released a hold also proves it committed and
+    clears it. Else the hold stays, and the next check clears it, a record later."""
+    done = {tp for r in report.releases.values() if r.error is None for tp in r.partitions}
+    if done:
+        control.wait_stable({tp: latest[tp] for tp in done if tp in latest}, _PROOF_BUDGET_S)
 
 
 def _finish_releases(call: Door, report: StrandedReport) -> None:
