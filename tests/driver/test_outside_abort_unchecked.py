@@ -1,10 +1,11 @@
 """An outside abort before the first check of a committed batch (issue 30, item 1's hole, the
 part the hold did not close): the batch's markers were dropped by a broker (a stranded commit),
-the driver died after the `committed` record and before checking its markers, and an operator,
-finding the hanging transaction, aborted it with `kafka-transactions.sh abort` before the driver
-came back. The partitions are stable again, their committed records ended aborted: a check that
-only asks whether the last stable offset passed the records (they ended) sees nothing wrong, and
-recovery said "nothing to recover" while the read_committed audit missed the whole batch.
+the driver (of a batch job) died after the `committed` record and before checking its markers,
+and an operator, finding the hanging transaction, aborted it with `kafka-transactions.sh abort`
+before the driver came back. The partitions are stable again, their committed records ended
+aborted: a check that only asks whether the last stable offset passed the records (they ended)
+sees nothing wrong, and recovery said "nothing to recover" (a re-run of the job: "already
+committed") while the read_committed audit missed the whole batch.
 
 What must hold: the first check after a restart proves from the log itself (a read_committed
 Fetch at each span's first offset: the broker names the aborted transactions there) that the
@@ -26,6 +27,8 @@ from twopc.broker.under_test import KafkaUnderTest
 from twopc.control import ControlClient
 from twopc.errors import StrandedCommitAborted
 from twopc.ops.audit import wait_until_stable
+from twopc.spark.driver import job_owner, new_run, prepare
+from twopc.spark.options import SinkConfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.only_variants("kafka4-tv2", "kafka4-tv0")]
 
@@ -48,8 +51,14 @@ def test_an_outside_abort_before_the_first_check_is_a_loud_data_loss(
         broker: KafkaUnderTest, make_topic: Callable[..., str], tmp_path: Path,
         control: ControlClient, first_check: str) -> None:
     stuck = _stranded_commit(broker, make_topic)
-    scenario = _committed_in_log(broker, stuck, make_topic, tmp_path, control)
+    scenario = _committed_in_log(broker, stuck, make_topic, tmp_path, control, job=True)
     _abort_from_outside(broker, stuck)
+    # A re-run of job 0 (what a user does after the crash): it writes nothing and records
+    # nothing, and must not say "already committed" of records the log proves aborted.
+    config = SinkConfig({"bootstrap.servers": broker.bootstrap_servers}, scenario.log_url,
+                        scenario.prefix, topic=scenario.topic_of(0))
+    with pytest.raises(StrandedCommitAborted, match="batch 0"):
+        prepare(config, job_owner(config), "0", new_run())
     with pytest.raises(StrandedCommitAborted, match="batch 0"):
         if first_check == "recover":
             scenario.driver(control).recover()

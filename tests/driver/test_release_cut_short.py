@@ -52,14 +52,16 @@ RELEASE_TIMEOUT_MS = 6000
 
 
 def _committed_in_log(broker: KafkaUnderTest, stuck: StuckCommit, make_topic: Callable[..., str],
-                      tmp_path: Path, control: ControlClient, prefix: str | None = None
-                      ) -> Scenario:
-    """A query (id prefix `prefix`, by default one that covers the stranded id without making it
-    a pool id) whose log holds the stranded transaction as committed batch 0 (intent, then
-    committed: EndTxn had answered)."""
+                      tmp_path: Path, control: ControlClient, prefix: str | None = None,
+                      job: bool = False) -> Scenario:
+    """A query (or with `job`, the batch jobs of a family; id prefix `prefix`, by default one
+    that covers the stranded id without making it a pool id) whose log holds the stranded
+    transaction as committed batch 0 (intent, then committed: EndTxn had answered)."""
     scenario = Scenario(broker, (make_topic(2), make_topic(2)),
                         str(tmp_path / "log"),
                         prefix=prefix or stuck.transactional_id.rsplit("-", 1)[0])
+    if job:
+        scenario.owner_kind, scenario.owner_id = "job", scenario.prefix
     coord = scenario.driver(control)
     coord.bind()
     session = Session(coord.log)

@@ -381,3 +381,41 @@ def test_a_first_look_is_not_asked_for_without_prove() -> None:
     report = release_stranded_commits(cast(Any, door), list(state.batches.values()), wait_ms=1000,
                                       grace_ms=100)
     assert door.asked == 0 and report.looked == () and door.appended == []
+
+
+@pytest.mark.parametrize(("answer", "raises", "remembered"), [
+    (LogCheckResult(LogOutcome.COMMITTED), False, True),
+    (LogCheckResult(LogOutcome.ABORTED, detail="aborted from offset 5"), True, False),
+    (LogCheckResult(LogOutcome.NOT_YET_STABLE), False, False),
+    (LogCheckResult(LogOutcome.UNKNOWN, UnknownReason.BELOW_LOG_START, "retention"), False, True),
+], ids=["committed", "aborted", "not-yet-stable", "records-gone"])
+def test_a_rerun_of_a_committed_job_looks_at_its_records_and_records_nothing(
+        tmp_path: Path, answer: LogCheckResult, raises: bool, remembered: bool) -> None:
+    """A re-run of a committed job writes nothing and takes no lease (another job of the family
+    may run), yet says the job is committed: it proves that from the log, reading only. An
+    aborted span is a loud loss (at every re-run); a look the log cannot answer yet is said and
+    asked again by the next re-run; a proof (or records past proving) is remembered in the
+    process; an acknowledged loss is not raised again."""
+    a = Handle("q-0-0", PID, EPOCH, (PartitionSpan("t", 0, 5, 5, 1),), 1, "c", 0, 60000, 0, 0, 0)
+    b = Handle("q-1-0", PID + 1, EPOCH, (PartitionSpan("t", 1, 5, 5, 1),), 1, "c", 0, 60000, 1,
+               0, 0)
+    coord = DriverUnderTest(open_log(str(tmp_path / "log")), cast(Any, None), "job", "q", "q")
+    coord.bind()
+    session = Session(coord.log)
+    session.append(Committed("job-1", session.append(Prepared("job-1", (a, b))), ()))
+    checks = _FirstLookDoor(session.state, {("t", 1, 5): answer})
+    coord.recovery.control = cast(Any, checks)
+    last = Session(coord.log).state.last_seq
+    for _ in range(2):
+        if raises:
+            with pytest.raises(StrandedCommitAborted, match=r"batch job-1.*q-1-0"):
+                coord.recovery.look_at("job-1")
+        else:
+            coord.recovery.look_at("job-1")
+    assert checks.asked == (2 if remembered else 4)  # each span once per look
+    assert Session(coord.log).state.last_seq == last  # reading only
+    if raises:  # acknowledged (the log proves it): quiet from then on
+        assert coord.recovery.acknowledge_loss("job-1", "test: handled") == ("q-1-0",)
+        asked = checks.asked
+        coord.recovery.look_at("job-1")
+        assert checks.asked == asked

@@ -43,8 +43,14 @@ from twopc.control import (
 )
 from twopc.crashpoints import crash_point
 from twopc.driver.source_offsets import OpenOffsets, begin, commit_alone, finish
-from twopc.driver.stranded import StrandedReport, release_stranded_commits
-from twopc.errors import CommitUnverified, DataLossError, FenceFailed, ProtocolViolation
+from twopc.driver.stranded import StrandedReport, prove_holds, release_stranded_commits
+from twopc.errors import (
+    CommitUnverified,
+    DataLossError,
+    FenceFailed,
+    ProtocolViolation,
+    StrandedCommitAborted,
+)
 from twopc.log.jobs import batch_state, remember_job
 from twopc.log.session import Session, check_binding
 from twopc.protocol.clock import DEFAULT_MARGIN_MS
@@ -66,7 +72,7 @@ from twopc.protocol.log_records import (
 from twopc.protocol.offsets import SourceOffsets, SourceOffsetsError, own_transaction
 from twopc.protocol.owner import Owner, OwnerKind
 from twopc.protocol.plans import OffsetsPlan, plan_offsets, plan_purge, unnamed_open
-from twopc.protocol.state import BatchState, BatchStatus, LogState
+from twopc.protocol.state import BatchState, BatchStatus, LogState, txn_key
 
 log = logging.getLogger("twopc.driver")
 
@@ -358,6 +364,30 @@ class DriverCall:
             self._looked(newest)
             return ()
         return (newest.batch,)
+
+    def look_at(self, batch: str) -> None:
+        """The first look at one committed batch, reading only: a re-run of a committed job
+        writes nothing and takes no lease (another job of the family may be running), so it
+        records nothing either, yet it reports the job committed, and the run that committed it
+        may have died before its check (`_first_looks`). StrandedCommitAborted if the log proves
+        any of its committed records aborted; a look the log cannot answer yet is said and left
+        to the next recovery of the family, which looks again and holds it."""
+        state = self.batch_state(batch)
+        if not self.first_look or not state.committed or \
+                _first_look_done.get(self._look_key(state)) or \
+                self.log.index.get(f"loss:{batch}") is not None:
+            return
+        handles = [(batch, h) for _, h in sorted(state.committed.items())]
+        evidence = prove_holds(self.control, handles)
+        if evidence.aborted:
+            raise StrandedCommitAborted([(b, h, evidence.aborted[txn_key(h)])
+                                         for b, h in handles if txn_key(h) in evidence.aborted])
+        if evidence.retry:
+            log.warning("twopc: batch %s is committed, but the log cannot show yet that its "
+                        "records ended committed (%s); the next recovery of this log looks again",
+                        batch, "; ".join(sorted(evidence.retry.values())))
+            return
+        self._looked(state)
 
     def _look_key(self, batch: BatchState) -> tuple[str, str, str, int | None]:
         return (self.log.url, self.owner.owner_id, batch.batch, batch.intent_seq)

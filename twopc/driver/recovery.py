@@ -22,7 +22,7 @@ from twopc.driver.recovery_report import RecoveryReport
 from twopc.driver.settle import settle
 from twopc.driver.stranded import StrandedReport, prove_holds
 from twopc.errors import ResolutionRefused
-from twopc.protocol.holds import HoldProof, committed_handles
+from twopc.protocol.holds import HoldProof
 from twopc.protocol.log_records import DECISIONS, RESOLVE_COMMITTED, Orphans, Resolved, Stranded
 from twopc.protocol.offsets import SourceOffsetsError, own_transaction
 from twopc.protocol.owner import Owner
@@ -122,6 +122,12 @@ class Recovery:
         if decision == RESOLVE_COMMITTED:
             call.remember_job(batch, seq)
 
+    def look_at(self, batch: str) -> None:
+        """Before a re-run of committed job `batch` reports it committed: the first look at its
+        records, reading only (DriverCall.look_at). StrandedCommitAborted if the log proves
+        any aborted."""
+        DriverCall(self.log, self.control, self.settings).look_at(batch)
+
     def acknowledge_loss(self, batch: str, note: str) -> tuple[str, ...]:
         """The operator's acknowledgement of committed records of `batch` that the log proves
         aborted after their commit (StrandedCommitAborted): the holds of its ids go, so that
@@ -130,15 +136,16 @@ class Recovery:
         if not note.strip():
             raise ResolutionRefused("an acknowledgement needs a note saying who decided and why")
         call = DriverCall(self.log, self.control, self.settings)
-        held = [(b, h) for b, h in committed_handles(call.state.batches.values())
-                if b == batch and h.transactional_id in call.state.stranded]
-        evidence = prove_holds(self.control, held)
+        # Every visible handle of the batch, held or not: a re-run of a committed job proves a
+        # loss without recording a hold (DriverCall.look_at), and the log proves it either way.
+        handles = [(batch, h) for _, h in sorted(call.batch_state(batch).committed.items())]
+        evidence = prove_holds(self.control, handles)
         proofs = evidence.proofs
         lost = tuple(sorted(t for t, (p, _) in proofs.items() if p is HoldProof.ABORTED))
         if not lost:
             raise ResolutionRefused(
-                f"batch {batch} holds no id whose committed records the log proves aborted "
-                f"(held: {sorted(h.transactional_id for _, h in held) or 'none'}): nothing to "
+                f"batch {batch} has no committed records the log proves aborted (its ids: "
+                f"{sorted({h.transactional_id for _, h in handles}) or 'none'}): nothing to "
                 "acknowledge; "
                 "`twopc recover` clears a hold once the log proves its records committed")
         record = {"ids": list(lost), "note": note, "at_ms": self.settings.clock_ms(),
@@ -148,5 +155,7 @@ class Recovery:
         except KeyExists as exc:
             raise ResolutionRefused(f"the loss of batch {batch} was acknowledged already "
                                     f"({self.log.index.get(f'loss:{batch}')})") from exc
-        call.append(Stranded((), lost))
+        held = tuple(t for t in lost if t in call.state.stranded)
+        if held:
+            call.append(Stranded((), held))
         return lost

@@ -86,7 +86,8 @@ def prepare(config: SinkConfig, owner: Owner, job: str | None = None,
 
     A batch job's run (`job` and `run` given) first takes its family's lease (JobFamilyBusy while
     another job of the family runs; twopc/driver/lease.py), then recovers; a run of a committed job
-    takes nothing and recovers nothing (it writes nothing, and another job may be running).
+    takes nothing and recovers nothing (it writes nothing, and another job may be running), but
+    proves from the log that the job's records ended committed (StrandedCommitAborted if not).
     `first_look`: whether recovery proves the newest committed batch from the log when this
     process has not seen it (Recovery.recover); the streaming writer's planning process, which
     runs this before every micro-batch and never commits, leaves that to the committing one."""
@@ -103,6 +104,8 @@ def prepare(config: SinkConfig, owner: Owner, job: str | None = None,
         if leased:
             assert job is not None and run is not None
             if side.gate.is_committed(job):
+                if first_look:  # its committing run may have died before its check
+                    side.recovery.look_at(job)
                 return True
             side.leases.acquire(job, run, config.job_lease_ms)
         try:
