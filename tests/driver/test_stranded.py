@@ -23,7 +23,7 @@ from twopc.driver.stranded import (
     prove_holds,
     release_stranded_commits,
 )
-from twopc.errors import StrandedCommitAborted
+from twopc.errors import CommitUnverified, ResolutionRefused, StrandedCommitAborted
 from twopc.log.session import Session
 from twopc.ops.audit import audit_topic, wait_until_stable
 from twopc.protocol.handle import Handle, PartitionSpan
@@ -384,18 +384,41 @@ def test_a_first_look_is_not_asked_for_without_prove() -> None:
 
 
 @pytest.mark.parametrize(("answer", "raises", "remembered"), [
-    (LogCheckResult(LogOutcome.COMMITTED), False, True),
-    (LogCheckResult(LogOutcome.ABORTED, detail="aborted from offset 5"), True, False),
-    (LogCheckResult(LogOutcome.NOT_YET_STABLE), False, False),
-    (LogCheckResult(LogOutcome.UNKNOWN, UnknownReason.BELOW_LOG_START, "retention"), False, True),
+    (LogCheckResult(LogOutcome.COMMITTED), None, True),
+    (LogCheckResult(LogOutcome.ABORTED, detail="aborted from offset 5"), StrandedCommitAborted,
+     False),
+    (LogCheckResult(LogOutcome.NOT_YET_STABLE), CommitUnverified, False),
+    (LogCheckResult(LogOutcome.UNKNOWN, UnknownReason.BELOW_LOG_START, "retention"), None, True),
 ], ids=["committed", "aborted", "not-yet-stable", "records-gone"])
 def test_a_rerun_of_a_committed_job_looks_at_its_records_and_records_nothing(
-        tmp_path: Path, answer: LogCheckResult, raises: bool, remembered: bool) -> None:
+        tmp_path: Path, answer: LogCheckResult, raises: type[Exception] | None,
+        remembered: bool) -> None:
     """A re-run of a committed job writes nothing and takes no lease (another job of the family
     may run), yet says the job is committed: it proves that from the log, reading only. An
-    aborted span is a loud loss (at every re-run); a look the log cannot answer yet is said and
-    asked again by the next re-run; a proof (or records past proving) is remembered in the
-    process; an acknowledged loss is not raised again."""
+    aborted span is a loud loss (at every re-run); records not visible yet (or a log that cannot
+    answer) are not reported committed (CommitUnverified: recovery finishes the check); a proof
+    (or records past proving) is remembered in the process; an acknowledged loss is quiet."""
+    coord, checks = _committed_job(tmp_path, {("t", 1, 5): answer})
+    last = Session(coord.log).state.last_seq
+    for _ in range(2):
+        if raises is not None:
+            with pytest.raises(raises, match="batch job-1"):
+                coord.recovery.look_at("job-1")
+        else:
+            coord.recovery.look_at("job-1")
+    assert checks.asked == (2 if remembered else 4)  # each span once per look
+    assert Session(coord.log).state.last_seq == last  # reading only
+    if raises is StrandedCommitAborted:  # acknowledged (the log proves it): quiet from then on
+        assert coord.recovery.acknowledge_loss("job-1", "test: handled") == ("q-1-0",)
+        asked = checks.asked
+        coord.recovery.look_at("job-1")
+        assert checks.asked == asked
+
+
+def _committed_job(tmp_path: Path, answers: dict[tuple[str, int, int], LogCheckResult],
+                   more: Sequence[LogRecord] = ()) -> tuple[DriverUnderTest, _FirstLookDoor]:
+    """A job family's log with job-1 committed on q-0-0 (t[0]@5) and q-1-0 (t[1]@5), then
+    `more`; log checks answered from `answers` (committed otherwise)."""
     a = Handle("q-0-0", PID, EPOCH, (PartitionSpan("t", 0, 5, 5, 1),), 1, "c", 0, 60000, 0, 0, 0)
     b = Handle("q-1-0", PID + 1, EPOCH, (PartitionSpan("t", 1, 5, 5, 1),), 1, "c", 0, 60000, 1,
                0, 0)
@@ -403,19 +426,37 @@ def test_a_rerun_of_a_committed_job_looks_at_its_records_and_records_nothing(
     coord.bind()
     session = Session(coord.log)
     session.append(Committed("job-1", session.append(Prepared("job-1", (a, b))), ()))
-    checks = _FirstLookDoor(session.state, {("t", 1, 5): answer})
+    for record in more:
+        session.append(record)
+    checks = _FirstLookDoor(session.state, answers)
     coord.recovery.control = cast(Any, checks)
-    last = Session(coord.log).state.last_seq
-    for _ in range(2):
-        if raises:
-            with pytest.raises(StrandedCommitAborted, match=r"batch job-1.*q-1-0"):
-                coord.recovery.look_at("job-1")
-        else:
-            coord.recovery.look_at("job-1")
-    assert checks.asked == (2 if remembered else 4)  # each span once per look
-    assert Session(coord.log).state.last_seq == last  # reading only
-    if raises:  # acknowledged (the log proves it): quiet from then on
-        assert coord.recovery.acknowledge_loss("job-1", "test: handled") == ("q-1-0",)
-        asked = checks.asked
-        coord.recovery.look_at("job-1")
-        assert checks.asked == asked
+    return coord, checks
+
+
+def test_a_loss_is_acknowledged_whole_or_not_at_all(tmp_path: Path) -> None:
+    """One span proven aborted, another the log cannot answer for yet (its leader away): the
+    acknowledgement is refused, since checks stop looking at an acknowledged batch and the
+    second span, proven aborted later, would go unsaid."""
+    coord, _ = _committed_job(tmp_path, {
+        ("t", 1, 5): LogCheckResult(LogOutcome.ABORTED, detail="aborted from offset 5"),
+        ("t", 0, 5): LogCheckResult(LogOutcome.UNKNOWN, UnknownReason.FETCH_ERROR, "no leader")})
+    with pytest.raises(ResolutionRefused, match=r"cannot answer yet.*no leader"):
+        coord.recovery.acknowledge_loss("job-1", "test: handled")
+    assert coord.log.index.get("loss:job-1") is None
+
+
+def test_acknowledging_a_loss_keeps_the_hold_of_another_batch_on_the_same_id(
+        tmp_path: Path) -> None:
+    """job-1's records on q-1-0 are proven aborted; job-2 reused q-1-0, committed, and its
+    stranded commit's release was cut short (the id is held for job-2, its partitions named).
+    The acknowledgement of job-1 must leave job-2's hold: without it, job-2's half-done release
+    would be taken for a live writer, left to its timeout, and its committed records aborted."""
+    c = Handle("q-1-0", PID + 1, EPOCH + 2, (PartitionSpan("t", 1, 9, 9, 1),), 1, "c", 0, 60000,
+               1, 0, 0)
+    coord, _ = _committed_job(tmp_path, {("t", 1, 5): LogCheckResult(
+        LogOutcome.ABORTED, detail="aborted from offset 5")}, more=[
+        Prepared("job-2", (c,)), Committed("job-2", 2, ()),
+        Released(("job-2",), ("q-1-0",), (("q-1-0", "t", 1),))])
+    assert coord.recovery.acknowledge_loss("job-1", "test: handled") == ("q-1-0",)
+    hold = Session(coord.log).state.stranded["q-1-0"]
+    assert hold.batches == ("job-2",) and hold.released

@@ -55,7 +55,7 @@ from twopc.log.jobs import batch_state, remember_job
 from twopc.log.session import Session, check_binding
 from twopc.protocol.clock import DEFAULT_MARGIN_MS
 from twopc.protocol.copies import RepairSettings
-from twopc.protocol.holds import to_check
+from twopc.protocol.holds import HoldProof, to_check
 from twopc.protocol.log_records import (
     Aborted,
     Committed,
@@ -370,8 +370,9 @@ class DriverCall:
         writes nothing and takes no lease (another job of the family may be running), so it
         records nothing either, yet it reports the job committed, and the run that committed it
         may have died before its check (`_first_looks`). StrandedCommitAborted if the log proves
-        any of its committed records aborted; a look the log cannot answer yet is said and left
-        to the next recovery of the family, which looks again and holds it."""
+        any of its committed records aborted; CommitUnverified if the log cannot answer yet (a
+        leader away, or the records still held open: not visible, so not reported committed;
+        `twopc recover` or the family's next job finishes the check)."""
         state = self.batch_state(batch)
         if not self.first_look or not state.committed or \
                 _first_look_done.get(self._look_key(state)) or \
@@ -383,10 +384,12 @@ class DriverCall:
             raise StrandedCommitAborted([(b, h, evidence.aborted[txn_key(h)])
                                          for b, h in handles if txn_key(h) in evidence.aborted])
         if evidence.retry:
-            log.warning("twopc: batch %s is committed, but the log cannot show yet that its "
-                        "records ended committed (%s); the next recovery of this log looks again",
-                        batch, "; ".join(sorted(evidence.retry.values())))
-            return
+            raise CommitUnverified(batch, "the log cannot show yet that its records ended "
+                                   "committed: " + "; ".join(sorted(evidence.retry.values())))
+        for tid, (proof, why) in sorted(evidence.proofs.items()):
+            if proof is not HoldProof.COMMITTED:
+                log.warning("twopc: batch %s, %s: the log cannot tell whether its committed "
+                            "records ended committed (%s)", batch, tid, why)
         self._looked(state)
 
     def _look_key(self, batch: BatchState) -> tuple[str, str, str, int | None]:

@@ -140,6 +140,13 @@ class Recovery:
         # loss without recording a hold (DriverCall.look_at), and the log proves it either way.
         handles = [(batch, h) for _, h in sorted(call.batch_state(batch).committed.items())]
         evidence = prove_holds(self.control, handles)
+        if evidence.retry:
+            # All of the batch's loss at once, or none: once acknowledged, checks stop looking
+            # at the batch, and a span proven aborted later would go unsaid.
+            raise ResolutionRefused(
+                f"the log cannot answer yet for some of batch {batch}'s records ("
+                + "; ".join(sorted(evidence.retry.values())) + "): ask again once every "
+                "partition's leader answers")
         proofs = evidence.proofs
         lost = tuple(sorted(t for t, (p, _) in proofs.items() if p is HoldProof.ABORTED))
         if not lost:
@@ -155,7 +162,10 @@ class Recovery:
         except KeyExists as exc:
             raise ResolutionRefused(f"the loss of batch {batch} was acknowledged already "
                                     f"({self.log.index.get(f'loss:{batch}')})") from exc
-        held = tuple(t for t in lost if t in call.state.stranded)
+        # Only this batch's holds: an id reused by another batch and held for it (its release
+        # cut short, say) stays held, or its own committed records would be lost.
+        held = tuple(t for t in lost if t in call.state.stranded
+                     and set(call.state.stranded[t].batches) <= {batch})
         if held:
             call.append(Stranded((), held))
         return lost

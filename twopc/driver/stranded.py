@@ -23,6 +23,7 @@ finds them released or settled.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -39,7 +40,7 @@ from twopc.control import (
     ReleaseResult,
     UnknownReason,
 )
-from twopc.control.errors import error_name
+from twopc.control.errors import ControlError, error_name
 from twopc.errors import StrandedCommitAborted
 from twopc.protocol.handle import Handle, PartitionSpan
 from twopc.protocol.holds import (
@@ -191,7 +192,7 @@ def release_stranded_commits(call: Door,
         suspects = [(b, h) for b, h in handles if any(maybe_held(s, lso) for s in h.spans)]
     if suspects:  # else the usual case: one ListOffsets per leader
         _judge_and_release(call, suspects, report, wait_ms, grace_ms, clock, patient)
-        _await_releases(control, report, latest)
+        _await_releases(control, report, suspects)
     for n in report.unreleased:
         log.error("a committed transaction still holds partitions open: %s (batch %s): %s",
                   n.transactional_id, n.batch, report.why(n))
@@ -329,13 +330,20 @@ def _judge_and_release(call: Door,
 
 
 def _await_releases(control: ControlClient, report: StrandedReport,
-                    latest: Mapping[TopicPartition, int]) -> None:
+                    suspects: Sequence[tuple[str, Handle]]) -> None:
     """A release's markers are written after its EndTxn is answered: wait for them a moment
     (the proof's budget), so that the check that released a hold also proves it committed and
-    clears it. Else the hold stays, and the next check clears it, a record later."""
-    done = {tp for r in report.releases.values() if r.error is None for tp in r.partitions}
-    if done:
-        control.wait_stable({tp: latest[tp] for tp in done if tp in latest}, _PROOF_BUDGET_S)
+    clears it. Else (or if this wait fails) the hold stays, and the next check clears it."""
+    done = {t: set(r.partitions) for t, r in report.releases.items() if r.error is None}
+    past: dict[TopicPartition, int] = {}
+    for _, h in suspects:
+        for s in h.spans:
+            tp = (s.topic, s.partition)
+            if tp in done.get(h.transactional_id, ()) and past.get(tp, -1) < s.first_offset:
+                past[tp] = s.first_offset
+    if past:
+        with contextlib.suppress(ControlError):
+            control.wait_stable(past, _PROOF_BUDGET_S)
 
 
 def _finish_releases(call: Door, report: StrandedReport) -> None:
