@@ -718,13 +718,20 @@ class _CoreRun:
                     ids = self.scn.ids(b, h.task_partition)
                     self.lost_ids.update(ids)
                     self.result.reported_lost += h.record_count
-            done = subprocess.run(
-                [sys.executable, "-m", "twopc.cli", "recover", "--checkpoint", self.scn.log_url,
-                 "--bootstrap-servers", self.broker.bootstrap_servers, "--acknowledge-loss",
-                 batch, "--note", f"torture seed {self.result.seed}: loss handled", "--yes"],
-                capture_output=True, text=True, timeout=180,
-                env={**{k: v for k, v in os.environ.items() if not k.startswith("TWOPC_")},
-                     CONTROL_ENV: self.faults_file})
+            for _ in range(5):  # refused while a leader is away: the operator asks again
+                done = subprocess.run(
+                    [sys.executable, "-m", "twopc.cli", "recover", "--checkpoint",
+                     self.scn.log_url, "--bootstrap-servers", self.broker.bootstrap_servers,
+                     "--acknowledge-loss", batch, "--note",
+                     f"torture seed {self.result.seed}: loss handled", "--yes"],
+                    capture_output=True, text=True, timeout=180,
+                    env={**{k: v for k, v in os.environ.items() if not k.startswith("TWOPC_")},
+                         CONTROL_ENV: self.faults_file})
+                if done.returncode == 0 or "cannot answer yet" not in done.stderr:
+                    break
+                self.note(f"operator: acknowledgement of batch {batch} refused for now: "
+                          f"{done.stderr.strip()[-300:]}")
+                time.sleep(3)
             self.note(f"operator: twopc recover --acknowledge-loss {batch} -> rc "
                       f"{done.returncode} {done.stdout.strip()[-300:]}")
             if done.returncode != 0:
