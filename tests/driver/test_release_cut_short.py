@@ -298,7 +298,13 @@ def _assert_loud_loss(broker: KafkaUnderTest, scenario: Scenario, control: Contr
     cleared = [r.cleared for r in _log_records(scenario) if isinstance(r, Stranded)]
     assert not any(tid in c for c in cleared), f"the hold on {tid} was cleared: {cleared}"
     report = audit_topic(broker.config(), stuck.topic, expected_ids=stuck.ids)
-    assert sorted(report.missing) == sorted(stuck.ids) and not report.duplicates, report.summary()
+    # Missing: the records of the partitions whose markers were dropped (on each, the stranded
+    # transaction's records are all of the fresh topic's below its high watermark then); those of
+    # partitions whose markers landed stay visible (a kill does not always drop every marker).
+    lost = sum(hw - stuck.first_offsets[p] for p, (_, hw) in stuck.stuck.items())
+    assert set(report.missing) <= set(stuck.ids) and len(report.missing) == lost, (
+        report.summary(), stuck.stuck)
+    assert not report.duplicates, report.summary()
 
 
 def test_a_lost_answer_of_the_release_end_txn_is_harmless(
