@@ -718,6 +718,7 @@ class _CoreRun:
                     ids = self.scn.ids(b, h.task_partition)
                     self.lost_ids.update(ids)
                     self.result.reported_lost += h.record_count
+                    self.result.aborted_from_outside += h.record_count
             for _ in range(5):  # refused while a leader is away: the operator asks again
                 done = subprocess.run(
                     [sys.executable, "-m", "twopc.cli", "recover", "--checkpoint",

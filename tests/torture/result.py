@@ -92,6 +92,9 @@ class ScheduleResult:
     recovery_s: list[float] = field(default_factory=list)   # wall time of each recovery
     expected: int = 0                  # records that must be in the topic exactly once
     reported_lost: int = 0             # records DataLossError named (not expected)
+    # Of those, records of a stranded commit an operator's abort lost (StrandedCommitAborted,
+    # acknowledged): no repair can bring them back, copy-forward included.
+    aborted_from_outside: int = 0
     found: int = 0
     duplicates: int = 0
     missing: int = 0

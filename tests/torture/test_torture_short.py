@@ -73,7 +73,10 @@ def test_short_torture_run_with_copy_forward(broker: KafkaUnderTest, tmp_path: P
     steps = "\n".join(result.steps)
     assert result.passed, f"{result.error}\n{steps}"
     assert result.outcomes["copied_forward"] > 0, steps
-    assert result.outcomes["data_loss_raised"] == 0 and result.reported_lost == 0, steps
+    # Nothing lost but what an operator's abort of a held stranded commit lost (when the broker
+    # dropped its markers this time: acknowledged, and no repair can bring it back).
+    assert result.outcomes["data_loss_raised"] == 0, steps
+    assert result.reported_lost == result.aborted_from_outside, steps
     assert result.duplicates == 0 and result.missing == 0 and result.open_transactions == 0
     assert result.found == result.expected > 0
 
