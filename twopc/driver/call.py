@@ -43,13 +43,17 @@ from twopc.control import (
 )
 from twopc.crashpoints import crash_point
 from twopc.driver.source_offsets import OpenOffsets, begin, commit_alone, finish
-from twopc.driver.stranded import StrandedReport, prove_holds, release_stranded_commits
+from twopc.driver.stranded import (
+    StrandedReport,
+    prove_holds,
+    raise_losses,
+    release_stranded_commits,
+)
 from twopc.errors import (
     CommitUnverified,
     DataLossError,
     FenceFailed,
     ProtocolViolation,
-    StrandedCommitAborted,
 )
 from twopc.log.jobs import batch_state, remember_job
 from twopc.log.session import Session, check_binding
@@ -72,7 +76,7 @@ from twopc.protocol.log_records import (
 from twopc.protocol.offsets import SourceOffsets, SourceOffsetsError, own_transaction
 from twopc.protocol.owner import Owner, OwnerKind
 from twopc.protocol.plans import OffsetsPlan, plan_offsets, plan_purge, unnamed_open
-from twopc.protocol.state import BatchState, BatchStatus, LogState, txn_key
+from twopc.protocol.state import BatchState, BatchStatus, LogState
 
 log = logging.getLogger("twopc.driver")
 
@@ -357,13 +361,17 @@ class DriverCall:
         newest = max((b for b in batches if b.status in (BatchStatus.COMMITTED, BatchStatus.PARTIAL)
                       and b.committed and b.batch != own), key=lambda b: b.intent_seq or 0,
                      default=None)
-        if newest is None or _first_look_done.get(self._look_key(newest)):
-            return ()
-        if self.log.index.get(f"loss:{newest.batch}") is not None:
-            # An operator acknowledged the loss a look proved (`Recovery.acknowledge_loss`).
-            self._looked(newest)
-            return ()
-        return (newest.batch,)
+        return (newest.batch,) if newest is not None and self._unlooked(newest) else ()
+
+    def _unlooked(self, batch: BatchState) -> bool:
+        """Neither seen nor proven by this process, nor a loss an operator acknowledged
+        (`Recovery.acknowledge_loss`): the batch needs its first look."""
+        if _first_look_done.get(self._look_key(batch)):
+            return False
+        if self.log.index.get(f"loss:{batch.batch}") is not None:
+            self._looked(batch)
+            return False
+        return True
 
     def look_at(self, batch: str) -> None:
         """The first look at one committed batch, reading only: a re-run of a committed job
@@ -374,15 +382,11 @@ class DriverCall:
         leader away, or the records still held open: not visible, so not reported committed;
         `twopc recover` or the family's next job finishes the check)."""
         state = self.batch_state(batch)
-        if not self.first_look or not state.committed or \
-                _first_look_done.get(self._look_key(state)) or \
-                self.log.index.get(f"loss:{batch}") is not None:
+        if not self.first_look or not state.committed or not self._unlooked(state):
             return
         handles = [(batch, h) for _, h in sorted(state.committed.items())]
         evidence = prove_holds(self.control, handles)
-        if evidence.aborted:
-            raise StrandedCommitAborted([(b, h, evidence.aborted[txn_key(h)])
-                                         for b, h in handles if txn_key(h) in evidence.aborted])
+        raise_losses(handles, evidence.aborted)
         if evidence.retry:
             raise CommitUnverified(batch, "the log cannot show yet that its records ended "
                                    "committed: " + "; ".join(sorted(evidence.retry.values())))

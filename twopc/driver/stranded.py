@@ -228,11 +228,15 @@ def release_stranded_commits(call: Door,
                            {t: p for t, (p, _) in evidence.proofs.items()})
     if changes is not None:
         call.append(changes)
-    aborted = {**first_look.aborted, **evidence.aborted}
+    raise_losses(handles, {**first_look.aborted, **evidence.aborted})
+    return report
+
+
+def raise_losses(handles: Sequence[tuple[str, Handle]], aborted: Mapping[TxnKey, str]) -> None:
+    """StrandedCommitAborted naming each of `handles` with a span proven aborted, if any."""
     if aborted:
         raise StrandedCommitAborted([(b, h, aborted[txn_key(h)]) for b, h in handles
                                      if txn_key(h) in aborted])
-    return report
 
 
 @dataclass(frozen=True)
