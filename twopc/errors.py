@@ -220,8 +220,9 @@ class CommitUnverified(TwopcError):
         self.batch = batch
         super().__init__(
             f"batch {batch} is committed, but its commit markers are not proven to have reached "
-            f"every partition: {cause}. Restart the query (or run `twopc recover`) before "
-            "writing more: recovery finishes the check; the re-run writes nothing again"
+            f"every partition: {cause}. Restart the query, or run the batch job again (or run "
+            "`twopc recover`), before writing more: recovery finishes the check, and the "
+            "re-run writes nothing again"
         )
 
 

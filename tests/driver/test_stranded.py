@@ -315,6 +315,9 @@ class _FirstLookDoor:
         self.answers = answers
         self.appended: list[LogRecord] = []
         self.asked = 0
+        self.waited = 0
+        # Answers from the first wait for stability on (markers that were on their way).
+        self.after_wait: dict[tuple[str, int, int], LogCheckResult] = {}
         self.control = self
 
     @property
@@ -327,6 +330,8 @@ class _FirstLookDoor:
         return self._state.last_seq
 
     def wait_stable(self, past: dict[tuple[str, int], int], within_s: float) -> dict[tuple[str, int], int]:
+        self.waited += 1
+        self.answers.update(self.after_wait)
         return {tp: first + 100 for tp, first in past.items()}
 
     def log_checks(self, checks: Sequence[LogCheckRequest], budget_s: float) -> list[LogCheckResult]:
@@ -383,21 +388,21 @@ def test_a_first_look_is_not_asked_for_without_prove() -> None:
     assert door.asked == 0 and report.looked == () and door.appended == []
 
 
-@pytest.mark.parametrize(("answer", "raises", "remembered"), [
-    (LogCheckResult(LogOutcome.COMMITTED), None, True),
-    (LogCheckResult(LogOutcome.ABORTED, detail="aborted from offset 5"), StrandedCommitAborted,
-     False),
-    (LogCheckResult(LogOutcome.NOT_YET_STABLE), CommitUnverified, False),
-    (LogCheckResult(LogOutcome.UNKNOWN, UnknownReason.BELOW_LOG_START, "retention"), None, True),
+@pytest.mark.parametrize(("answer", "raises", "asked"), [
+    (LogCheckResult(LogOutcome.COMMITTED), None, 2),
+    (LogCheckResult(LogOutcome.ABORTED, detail="aborted from offset 5"), StrandedCommitAborted, 4),
+    (LogCheckResult(LogOutcome.NOT_YET_STABLE), CommitUnverified, 8),
+    (LogCheckResult(LogOutcome.UNKNOWN, UnknownReason.BELOW_LOG_START, "retention"), None, 2),
 ], ids=["committed", "aborted", "not-yet-stable", "records-gone"])
 def test_a_rerun_of_a_committed_job_looks_at_its_records_and_records_nothing(
         tmp_path: Path, answer: LogCheckResult, raises: type[Exception] | None,
-        remembered: bool) -> None:
+        asked: int) -> None:
     """A re-run of a committed job writes nothing and takes no lease (another job of the family
     may run), yet says the job is committed: it proves that from the log, reading only. An
-    aborted span is a loud loss (at every re-run); records not visible yet (or a log that cannot
-    answer) are not reported committed (CommitUnverified: recovery finishes the check); a proof
-    (or records past proving) is remembered in the process; an acknowledged loss is quiet."""
+    aborted span is a loud loss (at every re-run); records not visible yet, after a moment's
+    wait (or a log that cannot answer), are not reported committed (CommitUnverified: recovery
+    finishes the check); a proof (or records past proving) is remembered in the process, so the
+    second look asks nothing; an acknowledged loss is quiet."""
     coord, checks = _committed_job(tmp_path, {("t", 1, 5): answer})
     last = Session(coord.log).state.last_seq
     for _ in range(2):
@@ -406,13 +411,28 @@ def test_a_rerun_of_a_committed_job_looks_at_its_records_and_records_nothing(
                 coord.recovery.look_at("job-1")
         else:
             coord.recovery.look_at("job-1")
-    assert checks.asked == (2 if remembered else 4)  # each span once per look
+    # Each span once per look; twice (before and after the wait) while one is not stable.
+    assert checks.asked == asked
+    assert checks.waited == (2 if answer.outcome is LogOutcome.NOT_YET_STABLE else 0)
     assert Session(coord.log).state.last_seq == last  # reading only
     if raises is StrandedCommitAborted:  # acknowledged (the log proves it): quiet from then on
         assert coord.recovery.acknowledge_loss("job-1", "test: handled") == ("q-1-0",)
         asked = checks.asked
         coord.recovery.look_at("job-1")
         assert checks.asked == asked
+
+
+def test_a_rerun_right_after_the_commit_waits_a_moment_for_its_markers(tmp_path: Path) -> None:
+    """A re-run started as the commit returns: the markers are still on their way (not stable).
+    The look waits for stability (the proof's budget) and asks again: proven, not a false
+    CommitUnverified (seen on the real broker under load:
+    tests/spark/test_lease_ends_before_fences.py)."""
+    coord, checks = _committed_job(tmp_path, {("t", 1, 5): LogCheckResult(LogOutcome.NOT_YET_STABLE)})
+    checks.after_wait = {("t", 1, 5): LogCheckResult(LogOutcome.COMMITTED)}
+    coord.recovery.look_at("job-1")
+    assert (checks.waited, checks.asked) == (1, 4)
+    coord.recovery.look_at("job-1")  # proven: remembered
+    assert checks.asked == 4
 
 
 def _committed_job(tmp_path: Path, answers: dict[tuple[str, int, int], LogCheckResult],

@@ -11,8 +11,11 @@ the lease is live. A run of the same job takes it over: the log already decides 
 of one job (one commits it, the other finds it committed), and a re-run after a crash must not
 wait for the dead run's lease.
 
-The lease ends with the job's `committed` record or the run's release; a run that dies leaves it
-until it expires (`twopc.jobLeaseMs` after it was last taken or renewed). `write_exactly_once`
+The lease ends with the run's release, after everything its commit sends (not at the job's
+`committed` record: the run still fences the orphans that record names); a run that dies leaves
+it until it expires (`twopc.jobLeaseMs` after it was last taken or renewed), or until a run of the
+same job takes it over, even once that job is committed (it then finishes what the dead run left,
+and lets the family go). `write_exactly_once`
 renews it while its tasks run (`kept`); a `format("kafka2pc")` job cannot (no driver-side Python
 process lives through its tasks), so its lease must be long enough for the whole job.
 
@@ -37,7 +40,7 @@ from twopc.driver.call import DriverSettings
 from twopc.errors import JobFamilyBusy, LogOwnershipLost
 from twopc.log.session import Session, check_binding
 from twopc.protocol.log_records import Lease
-from twopc.protocol.plans import blocking_lease
+from twopc.protocol.plans import blocking_lease, left_by_a_run_of
 from twopc.protocol.state import JobLease
 
 _log = logging.getLogger("twopc")
@@ -82,6 +85,10 @@ class JobLeases:
                 lost = exc
         assert lost is not None
         raise lost
+
+    def left_by_another_run(self, job: str, run: str) -> bool:
+        """Whether another run of `job` still holds the family (plans.left_by_a_run_of)."""
+        return left_by_a_run_of(self._read().state.lease, job, run, self.settings.clock_ms())
 
     def renew(self, job: str, run: str, lease_ms: int) -> bool:
         """Move the lease of `run` on; False once it no longer holds it (ended, or taken over by

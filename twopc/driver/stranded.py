@@ -278,6 +278,25 @@ def prove_holds(control: ControlClient, handles: Sequence[tuple[str, Handle]]) -
                         aborted, retry)
 
 
+def prove_patiently(control: ControlClient, handles: Sequence[tuple[str, Handle]]
+                    ) -> HoldEvidence:
+    """`prove_holds`, asked once more after a moment (the proof's budget) for the partitions not
+    stable yet: a look right after the batch's commit (a re-run started as it returns) finds its
+    markers still on their way. Still not stable then: the caller says it cannot answer yet."""
+    evidence = prove_holds(control, handles)
+    past: dict[TopicPartition, int] = {}
+    for _, h in handles:
+        if h.transactional_id in evidence.retry:
+            for s in h.spans:
+                tp = (s.topic, s.partition)
+                past[tp] = max(past.get(tp, -1), s.first_offset)
+    if not past:
+        return evidence
+    with contextlib.suppress(ControlError):  # the second proof says what is still unanswered
+        control.wait_stable(past, _PROOF_BUDGET_S)
+    return prove_holds(control, handles)
+
+
 # Per batch, its visible handles and the latest first offset of their spans per partition. A
 # call re-reads the log, but the records it decoded before come back as the same objects
 # (session.py), so a batch whose handles are those of an entry reuses its offsets.

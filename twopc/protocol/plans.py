@@ -155,6 +155,14 @@ def blocking_lease(lease: JobLease | None, job: str, now_ms: int) -> JobLease | 
     return lease
 
 
+def left_by_a_run_of(lease: JobLease | None, job: str, run: str, now_ms: int) -> bool:
+    """Whether a run of committed job `job` finds the family still held by another run of the
+    same job: one that died (or is held up) after the job's `committed` record, before its
+    release. Run `run` then takes the lease over and finishes what that one left (docs/design.md
+    section 5), instead of leaving the family refused until the lease expires."""
+    return lease is not None and lease.job == job and lease.run != run and lease.live(now_ms)
+
+
 @dataclass(frozen=True)
 class PurgePlan:
     below: int  # the new low-water mark

@@ -87,7 +87,9 @@ def prepare(config: SinkConfig, owner: Owner, job: str | None = None,
     A batch job's run (`job` and `run` given) first takes its family's lease (JobFamilyBusy while
     another job of the family runs; twopc/driver/lease.py), then recovers; a run of a committed job
     takes nothing and recovers nothing (it writes nothing, and another job may be running), but
-    proves from the log that the job's records ended committed (StrandedCommitAborted if not).
+    proves from the log that the job's records ended committed (StrandedCommitAborted if not),
+    unless another run of the same job still holds the lease: that one died after the job's
+    `committed` record, and this run takes the lease over, recovers and lets it go.
     `first_look`: whether recovery proves the newest committed batch from the log when this
     process has not seen it (Recovery.recover); the streaming writer's planning process, which
     runs this before every micro-batch and never commits, leaves that to the committing one."""
@@ -106,7 +108,12 @@ def prepare(config: SinkConfig, owner: Owner, job: str | None = None,
             if side.gate.is_committed(job):
                 if first_look:  # its committing run may have died before its check
                     side.recovery.look_at(job)
-                return True
+                if not side.leases.left_by_another_run(job, run):
+                    return True
+                # That run died (or is held up) after the job's `committed` record, before its
+                # release: without this, the family stays refused until its lease expires.
+                # Take it over, finish what it left (recovery: the fences of the orphans its
+                # record names, a stranded check), then let the family go (below).
             side.leases.acquire(job, run, config.job_lease_ms)
         try:
             # Recovery first (it binds the log): a job whose earlier run crashed after its intent
