@@ -106,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="each fault kind must be injected at least this often (a shorter "
                              "run, such as the replicated cluster's, says so in its report)")
     parser.add_argument("--only-seed", type=int, default=None,
-                        help="replay one schedule (core; with --spark-every 1, Spark)")
+                        help="replay one schedule, with the workload it had in the run of --seed "
+                             "and --spark-every (with --spark-every 1: Spark streaming)")
     parser.add_argument("--resume", action="store_true",
                         help="skip the schedules journal-<variant>.jsonl already holds")
     args = parser.parse_args(argv)
@@ -141,7 +142,10 @@ def main(argv: list[str] | None = None) -> int:
         for i, seed in enumerate(seeds):
             if seed in done:
                 continue
-            index = (args.spark_every - 1) if replaying and args.spark_every == 1 else i
+            # A replay runs the workload its seed had in the run of --seed (with --spark-every
+            # 1: Spark streaming).
+            index = i if not replaying else (
+                args.spark_every - 1 if args.spark_every == 1 else seed - args.seed)
             result = run_one(index, seed, broker, work / f"s{seed}", args.variant,
                              args.spark_every)
             results.append(result)

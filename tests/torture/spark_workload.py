@@ -46,7 +46,7 @@ from twopc.driver.call import DriverSettings
 from twopc.driver.observe import recovery_summary
 from twopc.driver.recovery import Recovery
 from twopc.ops.audit import audit_topic, wait_until_stable
-from twopc.protocol.log_records import Partial, Prepared, from_body
+from twopc.protocol.log_records import Copying, Partial, Prepared, from_body
 from twopc.protocol.owner import Owner
 from twopc.protocol.pool import transactional_id
 from twopc.spark.driver import query_id_from_spark_checkpoint
@@ -364,8 +364,12 @@ class _SparkJob:
         return run
 
     def changed_rerun(self, step: SparkStep, last: Run) -> Run:
-        """A partly committed batch whose re-run reads other data: twopc must refuse it
-        (DataLossError), and the operator accepts the loss with `twopc recover --resolve`."""
+        """A partly committed batch whose re-run reads other data. Under the default repair
+        policy (`twopc.repairPolicy` auto) twopc copies the aborted part forward from the
+        topic's own copy and fences the re-run's rows: the audit then finds every original
+        record once and none of the re-run's. Where the copy cannot be verified it must refuse
+        the re-run (DataLossError), and the operator accepts the loss with `twopc recover
+        --resolve`."""
         partial = [a.record for a in self.appended.values()
                    if a.run == last.index and isinstance(a.record, Partial)]
         if last.ok or not partial:
@@ -386,6 +390,15 @@ class _SparkJob:
             self.shift[step.index] = 1_000_000
         rerun = self.run("changed re-run", step)
         self.shift.pop(step.index, None)
+        copied = [a for a in self.appended.values() if a.run == rerun.index
+                  and isinstance(a.record, Copying) and a.record.batch == record.batch]
+        if rerun.ok and copied:
+            # The originals stay expected, the re-run's rows (other ids) are not: the audit
+            # proves the copy whole and the re-run fenced.
+            self.result.outcomes["copied_forward"] += 1
+            self.note(f"batch {record.batch}: its aborted part copied forward from the log "
+                      "(default repair policy), the changed re-run's rows fenced")
+            return rerun
         if not any(e.startswith("DataLossError") for e in _typed_errors(rerun.stderr)):
             raise ScheduleFailed(f"batch {record.batch}: a re-run with other data than its visible "
                                  f"part was not refused with DataLossError: {rerun.errors()}")
