@@ -124,8 +124,9 @@ class LogOwnershipLost(TwopcError):
         self.seq = seq
         super().__init__(
             f"another driver wrote record {seq} of the checkpoint log {url} first: two drivers are "
-            "running against one log. This one committed and fenced nothing after that point and "
-            "stops; make sure only one query or job writes through this log"
+            "running against one log (or a re-run of this one's batch job took it over). This one "
+            "committed and fenced nothing after that point and stops; make sure only one query "
+            "or job writes through this log"
         )
 
 

@@ -225,9 +225,10 @@ class DriverCall:
         # driver that appended since (a run of the same job that took the lease over, a second
         # driver of a query) is in charge, its recovery fenced these ids itself, and a
         # transaction of its own may be on one of them by now (the next job's, let in after it:
-        # tests/spark/test_lease_ends_before_fences.py). One read of the log.
-        self.session.confirm_owner()
+        # tests/spark/test_lease_ends_before_fences.py). One read of the log, after the stranded
+        # check (which can take seconds), right before the fences.
         self._ensure_released()
+        self.session.confirm_owner()
         return self._fence(ids)
 
     def _fence(self, ids: Sequence[str]) -> dict[str, str]:
@@ -381,9 +382,10 @@ class DriverCall:
 
     def look_at(self, batch: str) -> None:
         """The first look at one committed batch, reading only: a re-run of a committed job
-        writes nothing and takes no lease (another job of the family may be running), so it
-        records nothing either, yet it reports the job committed, and the run that committed it
-        may have died before its check (`_first_looks`). StrandedCommitAborted if the log proves
+        writes nothing and takes no lease (another job of the family may be running; unless its
+        own dead run left one: spark/driver.py `_take_over_committed`), so it records nothing,
+        yet it reports the job committed, and the run that committed it may have died before
+        its check (`_first_looks`). StrandedCommitAborted if the log proves
         any of its committed records aborted; CommitUnverified if the log cannot answer yet (a
         leader away, or the records still held open: not visible, so not reported committed;
         `twopc recover` or the family's next job finishes the check)."""

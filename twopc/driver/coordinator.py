@@ -452,8 +452,25 @@ def _end_in_order(call: DriverCall, handles: Sequence[Handle]) -> dict[str, EndT
 def _finish_commit(call: DriverCall, batch: str, orphans: Sequence[str],
                    opened: OpenOffsets | None, report: CommitReport) -> None:
     """After a commit's markers are verified: fence its orphans (and purge), then move the source
-    offsets as far as the log allows (this batch's, begun before the intent as `opened`)."""
-    _fence_orphans(call, batch, orphans, purge=True)
+    offsets as far as the log allows (this batch's, begun before the intent as `opened`).
+
+    Another driver may have appended since this call's `committed` record (a re-run of the job
+    that took it over: call.py `fence_named`): the batch is committed, by this call, and the
+    fences are that driver's to send. A batch job reports it committed with a note saying so; a
+    streaming query's driver stops (`LogOwnershipLost`: two drivers of one query), with that note."""
+    try:
+        _fence_orphans(call, batch, orphans, purge=True)
+    except LogOwnershipLost as lost:
+        note = (f"batch {batch} is committed by this call, but another driver appended to the "
+                f"log after its `committed` record (record {lost.seq}): this call left the "
+                f"fences of its {len(orphans)} orphan transaction(s) to that driver, whose "
+                "recovery sweeps them")
+        if call.owner.kind is not OwnerKind.JOB:
+            lost.add_note(f"twopc: {note}")
+            raise
+        _log.warning("twopc: %s", note)
+        report.notes.append(note)
+        return
     if opened is not None:
         _move_offsets(call, opened, report)
 

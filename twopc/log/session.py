@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from checkpoint import KeyExists, Log, RecordBeyondEnd, RecordExists
+from checkpoint import KeyExists, Log, RecordBeyondEnd, RecordExists, RecordPurged
 from checkpoint.memo import Memo
 from twopc.errors import InconsistentLog, LogOwnershipLost, PrefixChanged, QueryMismatch
 from twopc.protocol.log_records import (
@@ -139,6 +139,8 @@ class Session:
             self.log.read(seq)
         except RecordBeyondEnd:
             return
+        except RecordPurged as exc:  # another driver appended and purged past it
+            raise LogOwnershipLost(self.log.url, seq) from exc
         raise LogOwnershipLost(self.log.url, seq)
 
     def append(self, record: LogRecord) -> int:

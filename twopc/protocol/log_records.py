@@ -144,9 +144,9 @@ class Lease:
     """A run of batch job ``job`` holds its family's log (the jobs of one prefix share it) until
     ``until_ms`` on its driver's wall clock: no other job of the family may start meanwhile, since
     its recovery would settle or fence what this run has not recorded yet (docs/design.md section
-    5). A run renews it with another record; ``until_ms`` 0 ends it (as does a ``committed``
-    record of ``job``). ``run`` tells runs of one job apart; ``since_ms`` and ``holder`` (host and
-    process) are for the refusal's message.
+    5). A run renews it with another record; ``until_ms`` 0 ends it (the run's release, after
+    everything its commit sends; a ``committed`` record does not). ``run`` tells runs of one job
+    apart; ``since_ms`` and ``holder`` (host and process) are for the refusal's message.
     """
 
     job: str

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from twopc.driver import observe
-from twopc.errors import TwopcError
+from twopc.errors import JobFamilyBusy, LogOwnershipLost, TwopcError
 from twopc.protocol.handle import WriteResult
 from twopc.protocol.owner import Owner, OwnerKind
 from twopc.spark.errors import MissingQueryIdentity
@@ -106,14 +106,11 @@ def prepare(config: SinkConfig, owner: Owner, job: str | None = None,
         if leased:
             assert job is not None and run is not None
             if side.gate.is_committed(job):
+                if side.leases.left_by_another_run(job, run):
+                    return _take_over_committed(config, owner, side, job, run, first_look)
                 if first_look:  # its committing run may have died before its check
                     side.recovery.look_at(job)
-                if not side.leases.left_by_another_run(job, run):
-                    return True
-                # That run died (or is held up) after the job's `committed` record, before its
-                # release: without this, the family stays refused until its lease expires.
-                # Take it over, finish what it left (recovery: the fences of the orphans its
-                # record names, a stranded check), then let the family go (below).
+                return True
             side.leases.acquire(job, run, config.job_lease_ms)
         try:
             # Recovery first (it binds the log): a job whose earlier run crashed after its intent
@@ -132,6 +129,39 @@ def prepare(config: SinkConfig, owner: Owner, job: str | None = None,
         if committed and leased:
             release_lease(config, owner, run)
         return committed
+
+
+def _take_over_committed(config: SinkConfig, owner: Owner, side: DriverSide, job: str, run: str,
+                         first_look: bool) -> bool:
+    """Job `job` is committed, and another run of it still holds the family: one that died (or
+    is held up) after the job's `committed` record, before its release, which would keep every
+    other job of the family refused until the lease expires. Take the lease over, finish what
+    that run left (recovery: its first look and stranded check, the sweep that fences the
+    orphans its record names), then let the family go. The job is committed whatever happens
+    to the lease here: losing it to another driver (it expired and another job took it, or a
+    second re-run took it over) is logged, not raised. What recovery finds (a loss, a commit it
+    cannot verify) is raised, as for any run, and then, with the lease let go, the job's look
+    (`look_at`) as for any re-run of a committed job."""
+    try:
+        side.leases.acquire(job, run, config.job_lease_ms)
+    except (JobFamilyBusy, LogOwnershipLost) as exc:
+        _log.warning("twopc: job %s is committed; taking over the lease its earlier run left "
+                     "failed (another driver has it now): %s", job, exc)
+        return True
+    try:
+        recovered = side.recovery.recover(first_look=first_look)
+        report_recovery(config, owner, recovered, "prepare")
+    except LogOwnershipLost as exc:  # a second re-run took it over in turn: it finishes
+        _log.warning("twopc: job %s is committed; another run of it took the lease over while "
+                     "this one recovered: %s", job, exc)
+    except TwopcError as exc:
+        report_recovery(config, owner, getattr(exc, "report", None), "prepare")
+        raise
+    finally:
+        release_lease(config, owner, run)
+    if first_look:  # as any re-run of a committed job: proven (recovery's look is remembered), or said
+        side.recovery.look_at(job)
+    return True
 
 
 def release_lease(config: SinkConfig, owner: Owner, run: str | None) -> None:
