@@ -221,9 +221,9 @@ class CommitUnverified(TwopcError):
         self.batch = batch
         super().__init__(
             f"batch {batch} is committed, but its commit markers are not proven to have reached "
-            f"every partition: {cause}. Restart the query, or run the batch job again (or run "
-            "`twopc recover`), before writing more: recovery finishes the check, and the "
-            "re-run writes nothing again"
+            f"every partition: {cause}. Before writing more, restart the query (its recovery "
+            "finishes the check; the re-run writes nothing again), or for a batch job run "
+            "`twopc recover` (the family's next job's recovery does it too)"
         )
 
 

@@ -21,10 +21,10 @@ from twopc.driver.call import DriverCall, DriverSettings
 from twopc.driver.coordinator import CommitReport, CommitStatus, Coordinator, _finish_commit
 from twopc.driver.lease import JobLeases
 from twopc.driver.recovery import Recovery
-from twopc.errors import LogOwnershipLost
+from twopc.errors import CommitUnverified, LogOwnershipLost
 from twopc.log.gate import Gate
 from twopc.log.session import Session, check_binding
-from twopc.protocol.handle import Handle, PartitionSpan
+from twopc.protocol.handle import Handle, PartitionSpan, ResultKind, WriteResult
 from twopc.protocol.log_records import Committed, Lease, Prepared
 from twopc.protocol.owner import Owner
 from twopc.spark import driver as sd
@@ -112,6 +112,20 @@ def _lease(config: SinkConfig):
     return Session(open_log(config.checkpoint_url)).state.lease
 
 
+def _another_job_takes_the_family_first(monkeypatch: pytest.MonkeyPatch, clock: Clock) -> None:
+    """Between seeing the dead run's lease and taking it over, the lease expires and job-2
+    takes the family."""
+    real = JobLeases.left_by_another_run
+
+    def racing(self: JobLeases, job: str, run: str) -> bool:
+        answer = real(self, job, run)
+        clock.now_ms = NOW + LEASE_MS + 1
+        self.acquire("job-2", "run-3", LEASE_MS)
+        return answer
+
+    monkeypatch.setattr(JobLeases, "left_by_another_run", racing)
+
+
 def test_a_rerun_takes_over_and_lets_the_family_go(tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     control = FakeControl(open_ids=["q-0-1"])
@@ -128,11 +142,14 @@ def test_a_rerun_takes_over_even_when_the_dead_runs_markers_cannot_be_proven_yet
     kill dropped). The takeover comes first (before: the re-run's read-only look raised
     CommitUnverified at every re-run, and the family stayed refused for 30 minutes): recovery's
     own check holds what it cannot prove (no task takes the id, every later check looks again,
-    a loss it then proves is raised), the orphan is fenced, and the family is let go."""
+    a loss it then proves is raised), the orphan is fenced, and the family is let go; the
+    re-run does not say "already committed" of records not known visible (CommitUnverified, as
+    any re-run's look says it; found by a review of a4a68c5)."""
     control = FakeControl({("t", 1, 5): LogCheckResult(LogOutcome.NOT_YET_STABLE)},
                           open_ids=["q-0-1"])
     config, owner, _ = _family(tmp_path, monkeypatch, control)
-    assert sd.prepare(config, owner, "job-1", "run-2") is True
+    with pytest.raises(CommitUnverified, match=r"batch job-1 .*q-1-0 held"):
+        sd.prepare(config, owner, "job-1", "run-2")
     assert "q-1-0" in Session(open_log(config.checkpoint_url)).state.stranded  # held
     assert control.fenced == ["q-0-1"]
     assert _lease(config) is None
@@ -145,15 +162,7 @@ def test_a_committed_job_is_reported_committed_when_another_job_took_the_family_
     the family: the re-run of committed job-1 still reports it committed (not JobFamilyBusy)."""
     control = FakeControl()
     config, owner, clock = _family(tmp_path, monkeypatch, control)
-    real = JobLeases.left_by_another_run
-
-    def racing(self: JobLeases, job: str, run: str) -> bool:
-        answer = real(self, job, run)
-        clock.now_ms = NOW + LEASE_MS + 1
-        self.acquire("job-2", "run-3", LEASE_MS)
-        return answer
-
-    monkeypatch.setattr(JobLeases, "left_by_another_run", racing)
+    _another_job_takes_the_family_first(monkeypatch, clock)
     assert sd.prepare(config, owner, "job-1", "run-2") is True
     lease = _lease(config)
     assert lease is not None and lease.job == "job-2"  # untouched
@@ -199,3 +208,31 @@ def test_a_query_driver_whose_fences_another_took_over_stops(tmp_path: Path) -> 
         _finish_commit(call, "job-1", ("q-0-1",), None, CommitReport("job-1", CommitStatus.COMMITTED))
     assert control.fenced == []
     assert any("committed by this call" in n for n in getattr(stopped.value, "__notes__", []))
+
+
+def test_a_rerun_that_loses_the_race_for_the_lease_still_looks(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another job took the family first: the re-run reports job-1 committed only after the
+    look any re-run makes (here the log proves t[1]'s records aborted: the loss is said)."""
+    from twopc.errors import StrandedCommitAborted
+
+    control = FakeControl({("t", 1, 5): LogCheckResult(LogOutcome.ABORTED, detail="aborted")})
+    config, owner, clock = _family(tmp_path, monkeypatch, control)
+    _another_job_takes_the_family_first(monkeypatch, clock)
+    with pytest.raises(StrandedCommitAborted, match="batch job-1"):
+        sd.prepare(config, owner, "job-1", "run-2")
+
+
+def test_a_query_driver_overtaken_after_its_commit_gets_one_true_note(tmp_path: Path) -> None:
+    """The query's driver stops (two drivers of one query), with the note that its batch is
+    committed by itself, not also one saying another driver committed it."""
+    call, _ = _overtaken(tmp_path, Owner.query("query-1", "q"))
+    coord = Coordinator(call.log, call.control, call.settings)
+    with pytest.raises(LogOwnershipLost) as stopped:
+        _finish_commit(call, "job-1", ("q-0-1",), None, CommitReport("job-1", CommitStatus.COMMITTED))
+    with pytest.raises(LogOwnershipLost) as again:
+        coord._committed_by_another("job-1", [
+            WriteResult(ResultKind.PRECOMMITTED, "job-1", p, 0, h, 1)
+            for p, h in enumerate(_handles())], stopped.value)
+    notes = getattr(again.value, "__notes__", [])
+    assert len(notes) == 1 and "committed by this call" in notes[0]

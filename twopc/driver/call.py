@@ -171,6 +171,8 @@ class DriverCall:
         """Only the holder of the fence purges: a call that has just appended."""
         if not self.session.appended:
             return
+        # From a stale view it could cut a batch a newer driver holds (and then never checks).
+        self.session.confirm_owner()
         plan = plan_purge(self.state, self.settings.retain_batches, self.log.low_water_mark(),
                           jobs=self.owner.kind is OwnerKind.JOB)
         if plan is None:
@@ -390,7 +392,17 @@ class DriverCall:
         leader away, or the records still held open: not visible, so not reported committed;
         `twopc recover` or the family's next job finishes the check)."""
         state = self.batch_state(batch)
-        if not self.first_look or not state.committed or not self._unlooked(state):
+        if not self.first_look or not state.committed:
+            return
+        if not self._unlooked(state):
+            # Looked at by a check that held what it could not prove (stranded.py): while held,
+            # its records are not known visible, so not reported committed.
+            held = sorted({h.transactional_id for h in state.committed.values()
+                           if h.transactional_id in self.state.stranded
+                           and batch in self.state.stranded[h.transactional_id].batches})
+            if held:
+                raise CommitUnverified(batch, f"{', '.join(held)} held: the log has not shown "
+                                       "yet that its records ended committed")
             return
         handles = [(batch, h) for _, h in sorted(state.committed.items())]
         evidence = prove_patiently(self.control, handles)

@@ -246,6 +246,8 @@ class Coordinator:
         query's driver still stops with `lost` (two drivers of one query: this one must not go on
         to its next batch), which then says so. Anything else: `lost`. Read only: nothing is
         appended, ended or fenced here (the log fence stands)."""
+        if getattr(lost, "committed_by_this_call", False):  # `_finish_commit` said it already
+            raise lost
         handles, _ = _handles_of(batch, results, allow_failed=False)
         if not handles:
             raise lost
@@ -463,10 +465,11 @@ def _finish_commit(call: DriverCall, batch: str, orphans: Sequence[str],
     except LogOwnershipLost as lost:
         note = (f"batch {batch} is committed by this call, but another driver appended to the "
                 f"log after its `committed` record (record {lost.seq}): this call left the "
-                f"fences of its {len(orphans)} orphan transaction(s) to that driver, whose "
-                "recovery sweeps them")
+                f"fences of its {len(orphans)} orphan transaction(s) to that driver (a "
+                "recovery's sweep; else the family's next job's, or their transaction timeout)")
         if call.owner.kind is not OwnerKind.JOB:
             lost.add_note(f"twopc: {note}")
+            lost.committed_by_this_call = True  # type: ignore[attr-defined]
             raise
         _log.warning("twopc: %s", note)
         report.notes.append(note)

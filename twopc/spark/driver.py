@@ -147,6 +147,8 @@ def _take_over_committed(config: SinkConfig, owner: Owner, side: DriverSide, job
     except (JobFamilyBusy, LogOwnershipLost) as exc:
         _log.warning("twopc: job %s is committed; taking over the lease its earlier run left "
                      "failed (another driver has it now): %s", job, exc)
+        if first_look:  # reading only: no lease needed
+            side.recovery.look_at(job)
         return True
     try:
         recovered = side.recovery.recover(first_look=first_look)
