@@ -284,12 +284,8 @@ def prove_patiently(control: ControlClient, handles: Sequence[tuple[str, Handle]
     stable yet: a look right after the batch's commit (a re-run started as it returns) finds its
     markers still on their way. Still not stable then: the caller says it cannot answer yet."""
     evidence = prove_holds(control, handles)
-    past: dict[TopicPartition, int] = {}
-    for _, h in handles:
-        if h.transactional_id in evidence.retry:
-            for s in h.spans:
-                tp = (s.topic, s.partition)
-                past[tp] = max(past.get(tp, -1), s.first_offset)
+    past = _latest_by_partition(s for _, h in handles if h.transactional_id in evidence.retry
+                                for s in h.spans)
     if not past:
         return evidence
     with contextlib.suppress(ControlError):  # the second proof says what is still unanswered
@@ -311,13 +307,19 @@ def _latest_first_offsets(batch: BatchState) -> dict[TopicPartition, int]:
     if memo is not None and len(memo[0]) == len(handles) and \
             all(a is b for a, b in zip(memo[0], handles, strict=True)):
         return memo[1]
-    latest: dict[TopicPartition, int] = {}
-    for h in handles:
-        for s in h.spans:
-            tp = (s.topic, s.partition)
-            if latest.get(tp, -1) < s.first_offset:
-                latest[tp] = s.first_offset
+    latest = _latest_by_partition(s for h in handles for s in h.spans)
     _latest_memo.put(key, (handles, latest))
+    return latest
+
+
+def _latest_by_partition(spans: Iterable[PartitionSpan]) -> dict[TopicPartition, int]:
+    """Per partition, the latest first offset of `spans`: the partition is stable past all of
+    them once its last stable offset is above it."""
+    latest: dict[TopicPartition, int] = {}
+    for s in spans:
+        tp = (s.topic, s.partition)
+        if latest.get(tp, -1) < s.first_offset:
+            latest[tp] = s.first_offset
     return latest
 
 
@@ -358,12 +360,8 @@ def _await_releases(control: ControlClient, report: StrandedReport,
     (the proof's budget), so that the check that released a hold also proves it committed and
     clears it. Else (or if this wait fails) the hold stays, and the next check clears it."""
     done = {t: set(r.partitions) for t, r in report.releases.items() if r.error is None}
-    past: dict[TopicPartition, int] = {}
-    for _, h in suspects:
-        for s in h.spans:
-            tp = (s.topic, s.partition)
-            if tp in done.get(h.transactional_id, ()) and past.get(tp, -1) < s.first_offset:
-                past[tp] = s.first_offset
+    past = _latest_by_partition(s for _, h in suspects for s in h.spans
+                                if (s.topic, s.partition) in done.get(h.transactional_id, ()))
     if past:
         with contextlib.suppress(ControlError):
             control.wait_stable(past, _PROOF_BUDGET_S)
