@@ -303,7 +303,9 @@ class BatchPartlyCommitted(TwopcError):
         super().__init__(
             f"batch {batch} is partly committed: Spark partitions {list(self.committed)} are "
             f"visible, {list(self.lost)} were aborted. This is recorded; re-run the batch (restart "
-            "the query): a deterministic re-run is repaired, a different one raises DataLossError"
+            "the query, or run the batch job again): under twopc.repairPolicy=auto (the default) "
+            "the aborted records are copied forward from the Kafka log when they verify, else a "
+            "deterministic re-run is repaired and a different one raises DataLossError"
         )
 
 
