@@ -7,8 +7,9 @@ A batch's rows are always the same ids (a deterministic source); a run with `n` 
 gives partition `p` the rows `i` with `i % n == p`, so a re-run with another count spreads the
 same rows differently, as a changed `repartition(n)` or source partitioning does.
 
-The two parametrized partition-count tests run on the default broker in the default suite (the
-suite's time) and on every variant with TWOPC_MATRIX=full; the others on every variant.
+The tests marked `all_variants` run on every broker variant in the default suite; the others (the
+partition-count ones among them: the suite's time) on the default broker, and on every variant
+with TWOPC_MATRIX=full.
 """
 
 from __future__ import annotations

@@ -607,12 +607,13 @@ class _CoreRun:
         batch stranded and releases it, and the release meets the fault: its request or answer
         lost, or (outside_abort) its EndTxn lost and the held id fenced by an operator.
 
-        The kill comes the moment the driver pauses after its EndTxns, without a look first:
-        min.insync.replicas holds the markers back for well under a second (measured on Kafka
-        4.3.1, TV0: PrepareCommit right after the answer, CompleteCommit 0.5 s later), and a look
-        before the kill let them land in nearly every schedule (0 of 10 outside aborts of a release
-        reached on kafka4-tv0, 1 of 7 on kafka4-tv2). Whether they were dropped is read after the
-        restart."""
+        The kill comes the moment the driver pauses after its EndTxns, without a look first: the
+        markers land within about half a second of the answers (measured on Kafka 4.3.1, TV0:
+        PrepareCommit right after the answer, CompleteCommit 0.5 s later, whatever
+        min.insync.replicas says: 4.3.1 caps it at the replica count, Partition.effectiveMinIsr),
+        and a look before the kill let them land in nearly every schedule (0 of 10 outside aborts
+        of a release reached on kafka4-tv0, 1 of 7 on kafka4-tv2). Whether they were dropped is
+        read after the restart."""
         assert plan.fault is not None and plan.api is not None
         results = self.write(plan.batch)
         ids = [r.handle.transactional_id for r in results if r.handle is not None]
