@@ -652,6 +652,7 @@ class _CoreRun:
                     if d.state is TxnState.ONGOING]
         if open_ids and self.operator_fences(open_ids)["rc"] == 0:
             self.result.faults["outside_abort"] += 1
+            self.result.reached["stranded_fenced"] += 1
         return out
 
     def set_min_isr(self, value: int) -> None:

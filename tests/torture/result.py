@@ -63,6 +63,8 @@ REACHED_KINDS: tuple[str, ...] = (
                                 # StrandedUnreleased: "release failed at ...")
     "release_finished",         # the next check committed a half-done release (item 1, FINISH)
     "stranded_commit_aborted",  # the next check proved the stranded records aborted (item 1)
+    "stranded_fenced",          # an operator fenced the held id of a release cut short (whose
+                                # ABORT markers end the stranded records: twopc must say so)
     "offsets_held_back",        # a batch with source offsets ended partial or aborted after its
                                 # intent: its offsets did not move (item 2)
     "offsets_moved_late",       # source offsets moved by a later call (recovery, a re-run) than
