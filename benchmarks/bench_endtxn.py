@@ -105,9 +105,19 @@ def run(bootstrap: str, n: int, rounds: int, connections: int = 8) -> dict[str, 
                     raise SystemExit(f"benchmark commit failed: {bad[:3]}")
             key = "with_precheck" if precheck else "endtxn_only"
             results[key] = _summary(times)
-    results["librdkafka_commit"] = _summary(
-        [librdkafka_commits(bootstrap, topic, n) for _ in range(rounds)])
+    results["librdkafka_commit"] = reference_commits(bootstrap, n, rounds, topic)
     return results
+
+
+def reference_commits(bootstrap: str, n: int, rounds: int, topic: str | None = None
+                      ) -> dict[str, float]:
+    """librdkafka's own commit of N transactions, `rounds` times: the floor every run reports
+    beside twopc's, so that a figure is never compared with another run's broker or machine."""
+    if topic is None:
+        topic = f"bench-endtxn-{uuid.uuid4().hex[:8]}"
+        admin = AdminClient({"bootstrap.servers": bootstrap})  # alive until the topic exists
+        admin.create_topics([NewTopic(topic, 8, 1)])[topic].result(60)
+    return _summary([librdkafka_commits(bootstrap, topic, n) for _ in range(rounds)])
 
 
 def _summary(times: list[float]) -> dict[str, float]:
@@ -259,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--connections", type=int, default=8, help="connections per broker")
     ap.add_argument("--skip-endtxn-only", action="store_true",
-                    help="only the coordinator's whole commit()")
+                    help="only the coordinator's whole commit() (and librdkafka's reference)")
     ap.add_argument("--owner-kind", choices=("query", "job"), default="query",
                     help="commit as a streaming query's driver (each micro-batch) or a batch "
                          "job's (also indexes the job id)")
@@ -269,8 +279,10 @@ def main(argv: list[str] | None = None) -> int:
     machine = machine_info()
 
     def measure(bootstrap: str) -> dict[str, Any]:
-        report = ({"transactions": args.transactions, "rounds": args.rounds} if
-                  args.skip_endtxn_only else
+        report = ({"transactions": args.transactions, "rounds": args.rounds,
+                   "librdkafka_commit": reference_commits(bootstrap, args.transactions,
+                                                          args.rounds)}
+                  if args.skip_endtxn_only else
                   run(bootstrap, args.transactions, args.rounds, args.connections))
         report["coordinator_commit"] = run_commit(bootstrap, args.transactions, args.rounds,
                                                   args.connections, owner_kind=args.owner_kind)
