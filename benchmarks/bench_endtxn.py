@@ -83,10 +83,16 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def run(bootstrap: str, n: int, rounds: int, connections: int = 8) -> dict[str, Any]:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    topic = f"bench-endtxn-{uuid.uuid4().hex[:8]}"
+def new_topic(bootstrap: str, kind: str) -> str:
+    """A fresh 8-partition topic for one measurement (`bench-<kind>-<random>`)."""
+    topic = f"bench-{kind}-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # alive until the topic exists
     admin.create_topics([NewTopic(topic, 8, 1)])[topic].result(60)
+    return topic
+
+
+def run(bootstrap: str, n: int, rounds: int, connections: int = 8) -> dict[str, Any]:
+    topic = new_topic(bootstrap, "endtxn")
     results: dict[str, Any] = {"transactions": n, "rounds": rounds,
                                "connections_per_broker": connections}
     with ControlClient({"bootstrap.servers": bootstrap,
@@ -113,10 +119,7 @@ def reference_commits(bootstrap: str, n: int, rounds: int, topic: str | None = N
                       ) -> dict[str, float]:
     """librdkafka's own commit of N transactions, `rounds` times: the floor every run reports
     beside twopc's, so that a figure is never compared with another run's broker or machine."""
-    if topic is None:
-        topic = f"bench-endtxn-{uuid.uuid4().hex[:8]}"
-        admin = AdminClient({"bootstrap.servers": bootstrap})  # alive until the topic exists
-        admin.create_topics([NewTopic(topic, 8, 1)])[topic].result(60)
+    topic = topic or new_topic(bootstrap, "endtxn")
     return _summary([librdkafka_commits(bootstrap, topic, n) for _ in range(rounds)])
 
 
@@ -203,9 +206,7 @@ def run_commit(bootstrap: str, n: int, rounds: int, connections: int = 8,
     from twopc.ops.audit import audit_topic, id_from_value, wait_until_stable
     from twopc.protocol.owner import Owner, OwnerKind
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    topic = f"bench-commit-{uuid.uuid4().hex[:8]}"
-    admin.create_topics([NewTopic(topic, 8, 1)])[topic].result(60)
+    topic = new_topic(bootstrap, "commit")
     prefix = f"bench-commit-{uuid.uuid4().hex[:6]}"
     times: list[float] = []
     cpus: list[float] = []  # this process's CPU during each commit (all threads), ms
