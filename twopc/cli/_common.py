@@ -192,9 +192,16 @@ def _handle_row(h: Handle) -> dict[str, Any]:
             "records": h.record_count, "partitions": spans_of(h)}
 
 
+def is_stuck(b: BatchState) -> bool:
+    """Left for an operator or a re-run: undecided, partly committed, or aborted after its intent
+    with its decided records lost (kept by the purge until repaired or given up)."""
+    return b.status in (BatchStatus.PREPARED, BatchStatus.PARTIAL) or b.awaits_repair
+
+
 def stuck_batch(view: LogView, b: BatchState) -> dict[str, Any]:
-    """What is visible and what was lost of a batch left prepared (undecided) or partial, and the
-    losses of the last re-run refused with DataLossError (recomputed from the recorded handles)."""
+    """What is visible and what was lost of a batch left prepared (undecided), partial, or
+    awaiting repair (`is_stuck`), and the losses of the last re-run refused with DataLossError
+    (recomputed from the recorded handles)."""
     visible_ids = {h.transactional_id for h in b.committed.values()}
     refused: list[dict[str, Any]] = []
     if b.status is BatchStatus.PARTIAL:
@@ -206,20 +213,25 @@ def stuck_batch(view: LogView, b: BatchState) -> dict[str, Any]:
                     refused.append({"seq": seq, "reason": rec.reason,
                                     "losses": [_loss_obj(x) for x in plan.losses]})
     undecided = b.status is BatchStatus.PREPARED
+    lost = ([h for _, h in sorted(b.lost.items())] if b.awaits_repair else
+            [] if undecided else [h for h in b.intent if h.transactional_id not in visible_ids])
     return {
         "batch": b.batch,
         "status": b.status.value,
         "intent_seq": b.intent_seq,
         "visible": [_handle_row(h) for _, h in sorted(b.committed.items())],
-        "lost": [] if undecided else [_handle_row(h) for h in b.intent
-                                      if h.transactional_id not in visible_ids],
+        "lost": [_handle_row(h) for h in lost],
+        # Aborted after its intent: the decided records wait in the Kafka log for a copy.
+        "awaits_repair": b.awaits_repair,
         "undecided": [_handle_row(h) for h in b.intent] if undecided else [],
         "data_loss": refused[-1:] if refused else [],
     }
 
 
 def print_stuck(s: dict[str, Any]) -> None:
-    print(f"  batch {s['batch']} ({s['status']}):")
+    print(f"  batch {s['batch']} ({s['status']}" + (", awaiting repair: its re-run or `twopc "
+          "recover --repair copy` copies the lost records forward" if s["awaits_repair"] else "")
+          + "):")
     for row in s["visible"]:
         print(f"    visible: Spark partition {row['task_partition']}: {row['records']} records "
               f"({row['transactional_id']})")

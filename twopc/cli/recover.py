@@ -19,6 +19,7 @@ from twopc.cli._common import (
     bootstrap_servers,
     client_settings,
     integer,
+    is_stuck,
     print_stuck,
     storage_options,
     stuck_batch,
@@ -43,7 +44,6 @@ from twopc.errors import (
 )
 from twopc.protocol.copies import RepairPolicy, RepairSettings
 from twopc.protocol.log_records import DECISIONS
-from twopc.protocol.state import BatchStatus
 
 EPILOG = """Settles every batch whose intent has no outcome (roll forward, or the log check), fences the
 prefix's open transactions that no record names, and prints the report. A batch that stays stuck
@@ -51,6 +51,10 @@ prefix's open transactions that no record names, and prints the report. A batch 
 and what was lost; --resolve records the operator's decision for it, after a confirmation:
   committed  keep what is visible; the re-run writes nothing more (a lost part stays lost)
   aborted    the batch counts as not committed; the re-run writes all of it (a visible part twice)
+A batch aborted after its intent (nothing visible, its decided records still in the Kafka log) is
+stuck too: its re-run or --repair copy copies the records forward; `--decision aborted` gives them
+up instead (the re-run then writes afresh). Until then the log's purge keeps it, and every batch
+after it.
 With --repair copy, a batch whose commit was decided but whose transactions the broker aborted
 (partly committed, or aborted after its intent) is first copied forward from the Kafka log's own
 copy of the aborted records, when they are still there and verify.
@@ -176,9 +180,11 @@ def _validate(args: argparse.Namespace) -> None:
         raise UsageError("--note must say who decided and why")
 
 
-def _confirm(batch: str, decision: str) -> bool:
+def _confirm(batch: str, decision: str, awaits_repair: bool) -> bool:
     consequence = ("what is visible stays, the re-run writes nothing more: a lost part stays lost"
                    if decision == "committed" else
+                   "its decided records are given up (never copied forward), a re-run writes it "
+                   "afresh" if awaits_repair else
                    "the re-run writes the whole batch again: a visible part appears twice")
     print(f"Record decision '{decision}' for batch {batch}? {consequence}. This is permanent. "
           "[y/N] ", end="", file=sys.stderr, flush=True)
@@ -270,7 +276,7 @@ def _run(args: argparse.Namespace, recovery: Recovery, copier: Coordinator | Non
     view = view_of(recovery.log)
     stuck = [stuck_batch(view, b) for b in sorted(view.state.batches.values(),
                                                   key=lambda b: b.last_seq)
-             if b.status in (BatchStatus.PREPARED, BatchStatus.PARTIAL)]
+             if is_stuck(b)]
     out: dict[str, Any] = {"checkpoint": redact_url(recovery.log.url),
                            "binding": {"owner_kind": recovery.owner.kind.value,
                                        "owner_id": recovery.owner.owner_id,
@@ -285,10 +291,11 @@ def _run(args: argparse.Namespace, recovery: Recovery, copier: Coordinator | Non
         if target is None:
             raise ResolutionRefused(
                 f"batch {args.resolve} is {view.state.batch(args.resolve).status.value}: only a "
-                "batch left prepared (undecided) or partly committed needs a resolution")
+                "batch left prepared (undecided), partly committed, or aborted with its decided "
+                "records awaiting repair needs a resolution")
         if not args.json:
             _print(out)
-        if not args.yes and not _confirm(args.resolve, args.decision):
+        if not args.yes and not _confirm(args.resolve, args.decision, target["awaits_repair"]):
             print("nothing recorded", file=sys.stderr)
             if args.json:
                 emit_json(out)

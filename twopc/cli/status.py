@@ -43,11 +43,12 @@ from twopc.protocol.verdicts import pass1
 
 EPILOG = """Shows the log's binding (query or job id, transactional id prefix), the last batches and their
 state, pending batches (an intent without outcome) with each transaction's age against its timeout,
-stuck batches (partly committed, or a re-run refused by DataLossError) with what is visible and what
-was lost, the consumer group that gets the source offsets (twopc.commitSourceOffsets) with the last
-committed batch's end offsets, and, with --bootstrap-servers, each pending transaction's state on
-the broker, the group's committed offsets, and the open transactions of the prefix that no record
-names (orphans). Never writes anything.
+stuck batches (partly committed, or a re-run refused by DataLossError, or aborted after the intent
+with the decided records awaiting a copy) with what is visible and what was lost, the consumer group
+that gets the source offsets (twopc.commitSourceOffsets) with the last committed batch's end offsets,
+and, with --bootstrap-servers, each pending transaction's state on the broker, the group's committed
+offsets, and the open transactions of the prefix that no record names (orphans). Never writes
+anything.
 
 exit codes: 0 healthy; 1 attention needed (pending or stuck batch, orphans, a stranded commit
 held, thin guard margin); 2 bad arguments, no twopc log at the URL, storage or broker unreachable.
@@ -155,7 +156,7 @@ def build_status(view: LogView, control: ControlClient | None, *, batches: int,
         orphans = [orphan_txn(found[t], now_ms) for t in sorted(found)
                    if found[t].state is TxnState.ONGOING]
     stuck = [stuck_batch(view, b) for b in sorted(state.batches.values(), key=lambda b: b.last_seq)
-             if b.status is BatchStatus.PARTIAL]
+             if b.status is BatchStatus.PARTIAL or b.awaits_repair]
     for row, b in zip(pending_rows, pending, strict=True):
         row["source_offsets"] = None if b.offsets is None else b.offsets.to_obj()
     source = source_offsets(state, control)
@@ -164,7 +165,11 @@ def build_status(view: LogView, control: ControlClient | None, *, batches: int,
         warnings += source.pop("warnings")
     attention = [f"batch {p['batch']} is pending (an intent without outcome): run `twopc recover` "
                  "or restart the query" for p in pending_rows]
-    attention += [f"batch {s['batch']} is partly committed: restart the query (a deterministic "
+    attention += [f"batch {s['batch']} was aborted after its intent: its decided records wait in "
+                  "the Kafka log (until its retention) for its re-run or `twopc recover --repair "
+                  "copy` to copy them forward; the log's purge keeps it and every later batch "
+                  "until then (`--resolve` it aborted to give them up)" if s["awaits_repair"] else
+                  f"batch {s['batch']} is partly committed: restart the query (a deterministic "
                   "re-run repairs it)" + (", or resolve it: its re-run was refused (DataLossError)"
                                           if s["data_loss"] else "") for s in stuck]
     lease = state.lease

@@ -23,7 +23,14 @@ from twopc.driver.settle import settle
 from twopc.driver.stranded import StrandedReport, prove_holds
 from twopc.errors import ResolutionRefused
 from twopc.protocol.holds import HoldProof
-from twopc.protocol.log_records import DECISIONS, RESOLVE_COMMITTED, Orphans, Resolved, Stranded
+from twopc.protocol.log_records import (
+    DECISIONS,
+    RESOLVE_ABORTED,
+    RESOLVE_COMMITTED,
+    Orphans,
+    Resolved,
+    Stranded,
+)
 from twopc.protocol.offsets import SourceOffsetsError, own_transaction
 from twopc.protocol.owner import Owner
 from twopc.protocol.state import BatchState, BatchStatus
@@ -107,6 +114,9 @@ class Recovery:
         "committed": keep what is visible, the re-run writes nothing more (a lost part stays
         lost). "aborted": the batch counts as not committed, the re-run writes all of it again
         (a visible part appears twice). Run recover() first: it settles what can be proven.
+        A batch awaiting repair (aborted after its intent, nothing visible) takes "aborted"
+        only: its decided records are given up, its re-run writes afresh, and the purge may
+        take it (protocol/plans.py `purge_below`).
         """
         if decision not in DECISIONS:
             raise ResolutionRefused(f"decision must be one of {DECISIONS}, got {decision!r}")
@@ -114,10 +124,15 @@ class Recovery:
             raise ResolutionRefused("a resolution needs a note saying who decided and why")
         call = DriverCall(self.log, self.control, self.settings)
         state = call.state.batch(batch)
-        if state.status not in (BatchStatus.PREPARED, BatchStatus.PARTIAL):
+        if state.awaits_repair and decision != RESOLVE_ABORTED:
             raise ResolutionRefused(
-                f"batch {batch} is {state.status.value}: only a batch left prepared (undecided) "
-                "or partial needs a resolution")
+                f"batch {batch} was aborted after its intent and nothing of it is visible: "
+                "resolve it aborted (its decided records are given up, a re-run writes afresh), "
+                "or copy them forward (`twopc recover --repair copy`, or re-run the batch)")
+        if not (state.awaits_repair or state.status in (BatchStatus.PREPARED, BatchStatus.PARTIAL)):
+            raise ResolutionRefused(
+                f"batch {batch} is {state.status.value}: only a batch left prepared (undecided), "
+                "partial, or aborted with its decided records awaiting repair needs a resolution")
         seq = call.append(Resolved(batch, decision, note))
         if decision == RESOLVE_COMMITTED:
             call.remember_job(batch, seq)

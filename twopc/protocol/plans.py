@@ -187,11 +187,15 @@ def purge_below(state: LogState, retain_batches: int) -> int | None:
     have not moved) and the last `retain_batches` finished ones whole (a re-run of a recent batch
     must still find it committed), every stranded hold with the batches it names (a later check
     needs their handles), and the record of a job family's lease that no later record ended.
+    A batch awaiting repair (aborted after its intent, its decided records lost) is kept however
+    many batches follow: purged, its re-run would find nothing recorded and commit its own rows
+    afresh instead of copying the decided ones (a batch job may be re-run weeks later). It holds
+    the mark until it is repaired or an operator gives its records up (`twopc status` names it).
     None: nothing to purge."""
     if state.last_seq < 0:
         return None
     unfinished = [b.first_seq for b in state.batches.values()
-                  if not b.finished or b.offsets_pending]
+                  if not b.finished or b.offsets_pending or b.awaits_repair]
     for hold in state.stranded.values():
         unfinished.append(hold.seq)
         unfinished += [state.batches[b].first_seq for b in hold.batches if b in state.batches]

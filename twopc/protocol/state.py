@@ -80,6 +80,14 @@ class BatchState:
         return self.status not in (BatchStatus.PREPARED, BatchStatus.PARTIAL)
 
     @property
+    def awaits_repair(self) -> bool:
+        """Aborted after its intent, the decided records lost and not given up: a re-run (or
+        `twopc recover --repair copy`) copies them forward from the Kafka log, and only the log
+        remembers what was decided (the purge keeps it: plans.py `purge_below`). An operator's
+        `--resolve B --decision aborted` gives them up."""
+        return self.status is BatchStatus.ABORTED and bool(self.lost)
+
+    @property
     def offsets_pending(self) -> bool:
         """Committed, with source offsets that move after the batch is proven visible
         (protocol/offsets.py) and have not moved yet."""
@@ -238,6 +246,8 @@ class Step(enum.Enum):
     DUPLICATES = "duplicates"
     RESOLVE_COMMITTED = "resolved committed"
     RESOLVE_ABORTED = "resolved aborted"
+    RESOLVE_PURGED_COMMITTED = "resolved committed, stuck records purged"  # stands as recorded
+    RESOLVE_PURGED_ABORTED = "resolved aborted, stuck records purged"  # stands as recorded
 
 
 _BACK = "back"  # to the status before the intent (ABORTED if that was NONE)
@@ -251,8 +261,9 @@ _REOPENED: dict[Step, BatchStatus | str] = {
 # (batch status, step) -> the next status. A pair not in the table contradicts the records before
 # it: InconsistentLog, never skipped.
 _NEXT: dict[BatchStatus, dict[Step, BatchStatus | str]] = {
-    _N: {**_REOPENED, Step.FENCE: _A, Step.DUPLICATES: _N},
-    _A: {**_REOPENED, Step.FENCE: _A, Step.DUPLICATES: _A},
+    _N: {**_REOPENED, Step.FENCE: _A, Step.DUPLICATES: _N, Step.RESOLVE_PURGED_COMMITTED: _C,
+         Step.RESOLVE_PURGED_ABORTED: _A},
+    _A: {**_REOPENED, Step.FENCE: _A, Step.DUPLICATES: _A, Step.RESOLVE_ABORTED: _A},
     _P: {Step.COMMIT: _C, Step.PARTIAL: _PA, Step.ABORT: _BACK, Step.FENCE: _P,
          Step.DUPLICATES: _P, Step.RESOLVE_COMMITTED: _C, Step.RESOLVE_ABORTED: _A},
     _PA: {**_REOPENED, Step.FENCE: _PA, Step.DUPLICATES: _PA, Step.RESOLVE_COMMITTED: _C,
@@ -305,8 +316,10 @@ def _next(cur: BatchState, seq: int, rec: LogRecord, url: str, start: int) -> Ba
             cur, (h for h in cur.intent if h.transactional_id not in won), committed))
     if step is Step.ABORT:
         return replace(cur, status=nxt, lost=_lost(cur, cur.intent, cur.committed))
-    if step in (Step.RESOLVE_ABORTED, Step.RESOLVE_COMMITTED):
-        visible: Mapping[int, Handle] = {} if step is Step.RESOLVE_ABORTED else cur.committed
+    if step in (Step.RESOLVE_ABORTED, Step.RESOLVE_COMMITTED, Step.RESOLVE_PURGED_ABORTED,
+                Step.RESOLVE_PURGED_COMMITTED):
+        visible: Mapping[int, Handle] = (
+            cur.committed if step is Step.RESOLVE_COMMITTED else {})
         return replace(cur, status=nxt, committed=visible, lost={})
     return cur if nxt is cur.status else replace(cur, status=nxt)
 
@@ -356,7 +369,15 @@ def _step_of(cur: BatchState, rec: LogRecord, start: int,
     if isinstance(rec, Duplicates):
         return Step.DUPLICATES
     assert isinstance(rec, Resolved)
-    return Step.RESOLVE_COMMITTED if rec.decision == RESOLVE_COMMITTED else Step.RESOLVE_ABORTED
+    step = Step.RESOLVE_COMMITTED if rec.decision == RESOLVE_COMMITTED else Step.RESOLVE_ABORTED
+    if cur.last_seq < 0 and start > 0:
+        # Its first record: the stuck batch's own records lay below the purge's mark (the purge
+        # keeps a stuck batch whole, not one resolved since): the resolution stands as recorded.
+        return Step.RESOLVE_PURGED_COMMITTED if step is Step.RESOLVE_COMMITTED \
+            else Step.RESOLVE_PURGED_ABORTED
+    if cur.status is _A and not cur.lost:
+        raise bad("an operator resolution for a batch that is not stuck")
+    return step
 
 
 def by_partition(handles: Iterable[Handle]) -> dict[int, Handle]:
