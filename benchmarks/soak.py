@@ -35,14 +35,15 @@ both output topics are audited (read_committed: every id exactly once, none miss
 transaction open); the group's committed offsets must equal the last batch's end offsets.
 
 Writes `<out>/soak.json` (parameters, machine, events, samples, audits), `<out>/soak.png` and
-`<out>/report.md`. Exit code 0 only if the audits and the offsets check passed.
+`<out>/report.md`. Exit code 0 only if the audits and the offsets check passed and memory and log
+size were flat (benchmarks/soak_verdict.py: the bounds and why; `--rejudge soak.json` applies them
+to a saved run without running anything).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import itertools
 import json
 import os
 import random
@@ -58,6 +59,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import git_commit, machine_info, pyplot
+from benchmarks.soak_verdict import SERIES, Bounds, Flat, flat, flatness, flatness_table, lifetimes, quarters
 
 SOURCE_PARTITIONS = 2
 PREFIX = "soak"
@@ -634,43 +636,6 @@ class Soak:
 
 # --- results, plot, report -------------------------------------------------------------------------
 
-SERIES = ("driver_jvm_rss_kib", "driver_jvm_live_heap_kib", "driver_jvm_metaspace_kib",
-          "driver_python_rss_kib", "python_workers_rss_kib", "broker_rss_kib",
-          "log_bytes", "log_records", "observe_bytes", "jobs_log_bytes", "jobs_log_records",
-          "jobs_index_entries", "commit_latency_ms")
-
-
-def quarters(samples: Sequence[dict[str, Any]], key: str) -> dict[str, Any]:
-    """Median of `key` over the samples of the first and the last quarter of the micro-batches."""
-    top = max((s["batches"] for s in samples), default=0)
-    first = [s[key] for s in samples if s[key] is not None and s["batches"] <= top / 4]
-    last = [s[key] for s in samples if s[key] is not None and s["batches"] >= 3 * top / 4]
-    out: dict[str, Any] = {"first_quarter_median": statistics.median(first) if first else None,
-                           "last_quarter_median": statistics.median(last) if last else None,
-                           "max": max((s[key] for s in samples if s[key] is not None), default=None)}
-    a, b = out["first_quarter_median"], out["last_quarter_median"]
-    out["change_pct"] = round(100.0 * (b - a) / a, 1) if a and b is not None else None
-    return out
-
-
-def lifetimes(samples: Sequence[dict[str, Any]], events: Sequence[dict[str, Any]],
-              key: str) -> list[dict[str, Any]]:
-    """Per streaming-driver lifetime (between restarts): the median of `key` over its first and
-    its last fifth of samples (a leak grows within a lifetime; a restart resets it)."""
-    cuts = sorted(e["t_s"] for e in events if e["kind"] in ("fault_driver_kill", "query_exited"))
-    bounds = [0.0, *cuts, float("inf")]
-    out = []
-    for lo, hi in itertools.pairwise(bounds):
-        vals = [s for s in samples if lo < s["t_s"] < hi and s[key] is not None]
-        if len(vals) < 10:
-            continue
-        n = max(2, len(vals) // 5)
-        out.append({"from_batch": vals[0]["batches"], "to_batch": vals[-1]["batches"],
-                    "early": statistics.median(v[key] for v in vals[n:2 * n]),
-                    "late": statistics.median(v[key] for v in vals[-n:])})
-    return out
-
-
 def plot(result: dict[str, Any], path: Path) -> None:
     plt = pyplot()
     samples, events = result["samples"], result["events"]
@@ -825,6 +790,14 @@ def report(result: dict[str, Any], command: str) -> str:
         f"{checks['jobs_in_index']}; low-water marks at the end: query log "
         f"{checks['stream_log_low_water_mark']}, job log {checks['jobs_log_low_water_mark']}",
         "",
+        "## Flatness",
+        "",
+        "Memory and log size, judged (benchmarks/soak_verdict.py says why these bounds; a row "
+        "marked - is reported, not judged): "
+        f"**{'PASS' if checks.get('flatness_passed') else 'FAIL'}**.",
+        "",
+        *flatness_table([Flat(**row) for row in checks.get("flatness", [])]),
+        "",
         "## The curves",
         "",
         "Medians over the samples of the first and the last quarter of the micro-batches (samples "
@@ -849,6 +822,37 @@ def report(result: dict[str, Any], command: str) -> str:
             lines.append(f"- batch {e['batches']} (t = {e['t_s']:.0f} s), rc {e['rc']}: `{err}`")
         lines.append("")
     return "\n".join(lines)
+
+
+def _bounds(params: dict[str, Any]) -> Bounds:
+    """The flatness bounds a run was judged by (a run saved before they were options: defaults)."""
+    default = Bounds()
+    return Bounds(heap_growth_pct=params.get("flat_heap_pct", default.heap_growth_pct),
+                  rss_growth_pct=params.get("flat_rss_pct", default.rss_growth_pct),
+                  log_slack=params.get("flat_log_slack", default.log_slack))
+
+
+def judge_flatness(result: dict[str, Any], bounds: Bounds) -> None:
+    """Puts the flatness rows into `result`'s checks and their verdict into checks["passed"]."""
+    checks = result["checks"]
+    rows = flatness(result, bounds)
+    checks["flatness"] = [row._asdict() for row in rows]
+    checks["flatness_passed"] = flat(rows)
+    checks["passed"] = bool(checks.get("passed")) and checks["flatness_passed"]
+
+
+def rejudge(path: Path, args: argparse.Namespace) -> int:
+    """The flatness table of a saved soak.json, by the bounds given now; nothing is run. The exit
+    code is the whole verdict: the saved audits and offsets check, and flatness."""
+    result = json.loads(path.read_text())
+    saved = bool(result["checks"].get("passed"))
+    rows = flatness(result, Bounds(heap_growth_pct=args.flat_heap_pct, rss_growth_pct=args.flat_rss_pct,
+                                   log_slack=args.flat_log_slack))
+    print("\n".join(flatness_table(rows)))
+    passed = saved and flat(rows)
+    print(f"\n{path}: audits and offsets (saved) {'PASS' if saved else 'FAIL'}; flatness "
+          f"{'PASS' if flat(rows) else 'FAIL'}; verdict {'PASS' if passed else 'FAIL'}")
+    return 0 if passed else 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -878,12 +882,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=31, help="seed of the fault timing")
     parser.add_argument("--work", default="/tmp/soak/work", help="checkpoints and child logs")
     parser.add_argument("--out", default="docs/soak", help="soak.json, soak.png, report.md")
+    parser.add_argument("--flat-heap-pct", type=float, default=Bounds.heap_growth_pct,
+                        help="verdict: the driver JVM's live heap and metaspace may grow less than "
+                             "this within a driver lifetime (benchmarks/soak_verdict.py)")
+    parser.add_argument("--flat-rss-pct", type=float, default=Bounds.rss_growth_pct,
+                        help="verdict: the RSS of the driver's Python process and of its Python "
+                             "workers may grow less than this within a driver lifetime")
+    parser.add_argument("--flat-log-slack", type=float, default=Bounds.log_slack,
+                        help="verdict: the twopc logs stay under this times what the retained "
+                             "window holds")
+    parser.add_argument("--rejudge", metavar="SOAK_JSON",
+                        help="run nothing: print the flatness verdict of a saved soak.json")
     parser.add_argument("--child", nargs=2, metavar=("KIND", "CONFIG"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         kind, cfg = args.child[0], json.loads(args.child[1])
         {"stream": child_stream, "jobs": child_jobs}[kind](cfg)
         return 0
+    if args.rejudge:
+        return rejudge(Path(args.rejudge), args)
     command = "python -m benchmarks.soak " + " ".join(sys.argv[1:] if argv is None else argv)
     machine = machine_info()
     soak = Soak(args)
@@ -897,7 +914,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         checks = {"passed": False, "error": repr(exc)}
     from twopc.broker.spec import DEFAULT_KAFKA_VERSION
 
-    params = {k: v for k, v in vars(args).items() if k != "child"}
+    params = {k: v for k, v in vars(args).items() if k not in ("child", "rejudge")}
     params["kafka"] = DEFAULT_KAFKA_VERSION
     result: dict[str, Any] = {
         "params": params, "machine": machine, "duration_s": soak.now(), "checks": checks,
@@ -907,6 +924,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                       for key in ("driver_jvm_rss_kib", "driver_python_rss_kib",
                                   "driver_jvm_live_heap_kib")},
     }
+    if "last_batch" in checks:
+        judge_flatness(result, _bounds(params))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "soak.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
