@@ -94,17 +94,19 @@ def main() -> None:
             ).save()
             print("RESULT " + json.dumps({"ok": True}), flush=True)
         elif mode == "stream":
-            query = (
+            writer = (
                 spark.readStream.schema("value string")
                 .option("maxFilesPerTrigger", 1)
                 .json(cfg["source"])
                 .repartition(cfg.get("partitions", 4))
-                .writeStream.format("kafka2pc")
-                .options(**options)
-                .option("checkpointLocation", cfg["spark_checkpoint"])
+                .writeStream.option("checkpointLocation", cfg["spark_checkpoint"])
                 .trigger(availableNow=True)
-                .start()
             )
+            if cfg.get("sink") == "foreachBatch":  # the same options, through the foreachBatch sink
+                writer = writer.foreachBatch(twopc.spark.ExactlyOnceKafkaSink(options))
+            else:
+                writer = writer.format("kafka2pc").options(**options)
+            query = writer.start()
             query.awaitTermination()
             print("RESULT " + json.dumps({"ok": True, "batches": query.lastProgress["batchId"]}),
                   flush=True)

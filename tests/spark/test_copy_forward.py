@@ -74,16 +74,18 @@ def test_a_job_rerun_with_other_rows_under_rerun_policy_raises_data_loss(
     assert not found.lagging, found.summary()
 
 
+@pytest.mark.parametrize("sink", ["kafka2pc", "foreachBatch"])
 def test_a_streaming_batch_rerun_over_changed_files_commits_the_first_runs_records(
-    broker: KafkaUnderTest, topic: str, tmp_path: Path, control: ControlClient
+    sink: str, broker: KafkaUnderTest, topic: str, tmp_path: Path, control: ControlClient
 ) -> None:
     """The query dies after its intent's first EndTxn; its other transactions expire; the files
-    of that micro-batch are rewritten before the restart (a source that cannot replay)."""
+    of that micro-batch are rewritten before the restart (a source that cannot replay). The same
+    through the kafka2pc data source and through the foreachBatch sink."""
     source = tmp_path / "in"
     ids = write_json_files(source, 2, 40, "m")
     cfg = {"bootstrap": broker.bootstrap_servers, "topic": topic, "source": str(source),
            "checkpoint": (tmp_path / "twopc").as_uri(), "spark_checkpoint": str(tmp_path / "spark"),
-           "prefix": "cps", "options": TIMING}
+           "prefix": "cps", "options": TIMING, "sink": sink}
     crashed = run_driver("stream", cfg, env={"TWOPC_CRASH_AT": "coordinator.after_endtxn_1",
                                              "TWOPC_CRASH_SCOPE": "session"})
     assert crashed.returncode == -signal.SIGKILL, (crashed.returncode, errors_of(crashed.stderr))
