@@ -274,20 +274,32 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--owner-kind", choices=("query", "job"), default="query",
                     help="commit as a streaming query's driver (each micro-batch) or a batch "
                          "job's (also indexes the job id)")
+    ap.add_argument("--curve", default=None, metavar="N,N,...",
+                    help="the cost curve (issue 34 item 2): for each N, librdkafka's commit of N "
+                         "and the coordinator's commit() of N, in this one run; writes "
+                         "<name>.json and <name>.png (implies --skip-endtxn-only)")
     ap.add_argument("--name", default="endtxn", help="results file name (without .json)")
     ap.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
     args = ap.parse_args(argv)
     machine = machine_info()
 
-    def measure(bootstrap: str) -> dict[str, Any]:
-        report = ({"transactions": args.transactions, "rounds": args.rounds,
-                   "librdkafka_commit": reference_commits(bootstrap, args.transactions,
-                                                          args.rounds)}
-                  if args.skip_endtxn_only else
-                  run(bootstrap, args.transactions, args.rounds, args.connections))
-        report["coordinator_commit"] = run_commit(bootstrap, args.transactions, args.rounds,
-                                                  args.connections, owner_kind=args.owner_kind)
+    def one(bootstrap: str, n: int, skip_endtxn_only: bool) -> dict[str, Any]:
+        report = ({"transactions": n, "rounds": args.rounds,
+                   "librdkafka_commit": reference_commits(bootstrap, n, args.rounds)}
+                  if skip_endtxn_only else run(bootstrap, n, args.rounds, args.connections))
+        report["coordinator_commit"] = run_commit(bootstrap, n, args.rounds, args.connections,
+                                                  owner_kind=args.owner_kind)
         return report
+
+    def measure(bootstrap: str) -> dict[str, Any]:
+        if args.curve is None:
+            return one(bootstrap, args.transactions, args.skip_endtxn_only)
+        counts = [int(x) for x in args.curve.split(",") if x.strip()]
+        points = []
+        for n in counts:
+            print(f"--- N = {n}", flush=True)
+            points.append(one(bootstrap, n, True))
+        return {"curve": points, "rounds": args.rounds}
 
     if args.bootstrap_servers:
         report = measure(args.bootstrap_servers)
@@ -300,7 +312,49 @@ def main(argv: list[str] | None = None) -> int:
     report["machine"] = {**machine, "load_average_after": os.getloadavg()}
     print(json.dumps({k: v for k, v in report.items() if k != "machine"}, indent=2))
     print(f"results: {write_results(args.name, report, args.results_dir)}")
+    if "curve" in report:
+        print(curve_table(report["curve"]))
+        print(f"plot: {plot_curve(report, args.results_dir / f'{args.name}.png')}")
     return 0
+
+
+def curve_table(points: list[dict[str, Any]]) -> str:
+    rows = ["| N | twopc commit() p50 / p99 ms | driver CPU p50 ms | librdkafka commit p50 / p99 ms "
+            "| ratio of p50s | per txn (twopc p50 / N) ms |", "|---:|---:|---:|---:|---:|---:|"]
+    for pt in points:
+        c, ref, n = pt["coordinator_commit"], pt["librdkafka_commit"], pt["transactions"]
+        rows.append(f"| {n} | {c['p50_ms']:.1f} / {c['p99_ms']:.1f} | {c['cpu_ms_p50']:.1f} | "
+                    f"{ref['p50_ms']:.1f} / {ref['p99_ms']:.1f} | "
+                    f"{c['p50_ms'] / ref['p50_ms']:.2f} | {c['p50_ms'] / n:.2f} |")
+    return "\n".join(rows)
+
+
+def plot_curve(report: dict[str, Any], path: Path) -> Path:
+    from benchmarks.common import pyplot
+
+    plt = pyplot()
+    points = report["curve"]
+    ns = [pt["transactions"] for pt in points]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for label, get, style in (
+            ("twopc commit() p50", lambda pt: pt["coordinator_commit"]["p50_ms"], "o-"),
+            ("twopc commit() p99", lambda pt: pt["coordinator_commit"]["p99_ms"], "o:"),
+            ("twopc driver CPU p50", lambda pt: pt["coordinator_commit"]["cpu_ms_p50"], "s--"),
+            ("librdkafka commit p50", lambda pt: pt["librdkafka_commit"]["p50_ms"], "^-"),
+            ("librdkafka commit p99", lambda pt: pt["librdkafka_commit"]["p99_ms"], "^:")):
+        ax.plot(ns, [get(pt) for pt in points], style, label=label)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("transactions committed at once (N)")
+    ax.set_ylabel("ms")
+    ax.set_title(f"Commit of N transactions, {report['rounds']} rounds each, one broker, one run",
+                 fontsize=10)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 if __name__ == "__main__":

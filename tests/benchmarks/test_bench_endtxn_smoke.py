@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
-from benchmarks.bench_endtxn import percentile, run, run_commit
+from benchmarks.bench_endtxn import main, percentile, run, run_commit
 from twopc.broker.under_test import KafkaUnderTest
 
 pytestmark = pytest.mark.integration
@@ -34,3 +37,15 @@ def test_bench_coordinator_commit_smoke(broker: KafkaUnderTest) -> None:
 def test_percentile() -> None:
     assert percentile([5.0, 1.0, 3.0], 0.5) == 3.0
     assert percentile([1.0, 2.0], 0.99) == 2.0
+
+
+def test_bench_endtxn_curve_smoke(broker: KafkaUnderTest, tmp_path: Path) -> None:
+    """--curve: both commits for each N in one run, a table and a plot."""
+    assert main(["--bootstrap-servers", broker.bootstrap_servers, "--curve", "2,4", "--rounds",
+                 "1", "--name", "curve", "--results-dir", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "curve.json").read_text())
+    assert [pt["transactions"] for pt in report["curve"]] == [2, 4]
+    for pt in report["curve"]:
+        assert pt["coordinator_commit"]["audit"].startswith("PASS")
+        assert pt["librdkafka_commit"]["p50_ms"] > 0
+    assert (tmp_path / "curve.png").stat().st_size > 0
