@@ -143,7 +143,12 @@ def test_gone_records_fail_loudly_or_fall_back_to_the_rerun(
 
 
 COPY_CRASH_POINTS = [
+    "copy.after_duplicates",  # the re-run's transactions recorded and fenced, no `copying` yet
     "copy.after_record",
+    # Inside a copy's writer (the driver process writes only copies): its records produced, or
+    # flushed to the log, in a transaction not yet pre-committed.
+    "writer.after_produce",
+    "writer.after_flush",
     "copy.after_write",
     "coordinator.after_intent",
     "coordinator.after_endtxn_1",

@@ -133,6 +133,7 @@ def try_copy(call: DriverCall, plan: CopyPlan, settings: RepairSettings) -> Copy
     assert settings.producer_config is not None
     dups = call.fence_recorded(Duplicates(
         plan.batch, tuple(h.transactional_id for h in plan.duplicates)))
+    crash_point("copy.after_duplicates")
     ids = tuple(s.transactional_id for s in plan.sources)
     call.append(Copying(plan.batch, ids, tuple(txn_key(s) for s in plan.sources)))
     held = call.claim(ids, "a copy's producer")
