@@ -61,3 +61,19 @@ def test_bad_id_spec_is_a_usage_error(broker: KafkaUnderTest, topic: str) -> Non
     )
     assert proc.returncode == 2
     assert "--id must be value, key or header:NAME" in proc.stderr
+
+
+def test_a_topic_whose_log_start_moved_is_audited_from_there(broker: KafkaUnderTest,
+                                                             topic: str) -> None:
+    """Retention (here delete_records) moves a partition's log start past 0: the audit reads from
+    the log start (it raised "Offset out of range" before, on any topic retention had reached)."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    run_txn_producer(broker.bootstrap_servers, topic, "commit", 40, id_prefix="r-", partition=0)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    for f in admin.delete_records([TopicPartition(topic, 0, 3)]).values():
+        f.result(30)
+    code, report = _verify(broker, topic, "--expect", "40", "--id-format", "r-{}")
+    assert code == 1, report  # r-0 to r-2 are gone: missing, not a crash
+    assert report["records"] == 37 and report["missing_count"] == 3, report

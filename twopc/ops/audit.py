@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from confluent_kafka import (
+    OFFSET_BEGINNING,
     Consumer,
     IsolationLevel,
     KafkaError,
@@ -199,7 +200,9 @@ def audit_topic(
     )
     try:
         pending = {p for p, (lso, _) in offsets.items() if lso > 0}
-        consumer.assign([TopicPartition(topic, p, 0) for p in sorted(pending)])
+        # From each partition's log start, not offset 0: retention (or deleted records) moves it,
+        # and offset 0 is then out of range (auto.offset.reset=error raised).
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in sorted(pending)])
         deadline = time.monotonic() + timeout_s
         while pending:
             if time.monotonic() > deadline:
