@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,9 +80,10 @@ class Scenario:
         return run_tasks(self.broker.bootstrap_servers, batch, txns,
                          timeout_ms or self.timeout_ms, crash_at, env)
 
-    def expect(self, batch: str, tag: str = "") -> None:
-        """The rows of `batch` must end up visible exactly once."""
-        for p in range(self.partitions):
+    def expect(self, batch: str, tag: str = "", partitions: Iterable[int] | None = None) -> None:
+        """The rows of `batch` (of its Spark `partitions`, default all) must end up visible
+        exactly once."""
+        for p in range(self.partitions) if partitions is None else partitions:
             self.expected.setdefault(self.topic_of(p), set()).update(self.ids(batch, p, tag))
 
     def driver(self, control: ControlClient, **kw: Any) -> DriverUnderTest:

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import pytest
@@ -123,6 +123,24 @@ def test_flink_loss_case_is_copied_forward(scenario: Scenario, control: ControlC
     assert_records_exact(scenario)
 
 
+def refused_loudly(scenario: Scenario, control: ControlClient, why: str,
+                   visible: Iterable[int]) -> None:
+    """The copy of batch 0 refused under `copy` (CopyForwardFailed) and under `auto` (the re-run
+    repair as before copy-forward; the re-run differs, so DataLossError), each naming `why`; then
+    exactly the decided records of the Spark partitions `visible` are visible, none of the
+    re-runs', and no transaction is left open (the re-runs' were fenced, not left to time out)."""
+    rerun = rerun_with_other_rows(scenario)
+    with pytest.raises(CopyForwardFailed, match=why):
+        driver(scenario, control, RepairPolicy.COPY).commit("0", rerun)
+    wait_not_ongoing(control, handles_of(rerun), limit_s=5)
+    again = rerun_with_other_rows(scenario)
+    with pytest.raises(DataLossError, match=f"not copied forward.*{why}"):
+        driver(scenario, control).commit("0", again)
+    wait_not_ongoing(control, handles_of(again), limit_s=5)
+    scenario.expect("0", partitions=visible)
+    scenario.audit()
+
+
 def test_gone_records_fail_loudly_or_fall_back_to_the_rerun(
         scenario: Scenario, control: ControlClient) -> None:
     results = decided_then_timed_out(scenario, control, (3,))
@@ -132,14 +150,8 @@ def test_gone_records_fail_loudly_or_fall_back_to_the_rerun(
     for f in admin.delete_records([TopicPartition(span.topic, span.partition,
                                                   span.first_offset + 1)]).values():
         f.result(30)
-    rerun = rerun_with_other_rows(scenario)
-    with pytest.raises(CopyForwardFailed, match="log start"):
-        driver(scenario, control, RepairPolicy.COPY).commit("0", rerun)
-    wait_not_ongoing(control, handles_of(rerun), limit_s=5)  # fenced, not left to time out
-    # auto: the re-run repair as before copy-forward; it differs, so the loud error, naming why
-    # the copy could not be made.
-    with pytest.raises(DataLossError, match=r"not copied forward.*log start"):
-        driver(scenario, control).commit("0", rerun_with_other_rows(scenario))
+    refused_loudly(scenario, control, "log start", visible=(0, 1, 2))
+    # Refused the copies (compaction, a re-created topic): test_copy_forward_refusals.py.
 
 
 COPY_CRASH_POINTS = [
