@@ -47,6 +47,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import shutil
 import statistics
 import subprocess
@@ -838,20 +839,43 @@ def judge_flatness(result: dict[str, Any], bounds: Bounds) -> None:
     rows = flatness(result, bounds)
     checks["flatness"] = [row._asdict() for row in rows]
     checks["flatness_passed"] = flat(rows)
-    checks["passed"] = bool(checks.get("passed")) and checks["flatness_passed"]
+    # The audits' and offsets' verdict alone, kept apart so that a later judge can re-combine it.
+    checks.setdefault("audits_passed", bool(checks.get("passed")))
+    checks["passed"] = checks["audits_passed"] and checks["flatness_passed"]
 
 
 def rejudge(path: Path, args: argparse.Namespace) -> int:
     """The flatness table of a saved soak.json, by the bounds given now; nothing is run. The exit
     code is the whole verdict: the saved audits and offsets check, and flatness."""
     result = json.loads(path.read_text())
-    saved = bool(result["checks"].get("passed"))
-    rows = flatness(result, Bounds(heap_growth_pct=args.flat_heap_pct, rss_growth_pct=args.flat_rss_pct,
-                                   log_slack=args.flat_log_slack))
+    checks = result["checks"]
+    if "audits_passed" not in checks and "stream_audit_passed" in checks:
+        # Saved before it was kept apart: the same terms as Soak.audit's.
+        checks["audits_passed"] = bool(
+            checks["stream_audit_passed"] and checks["jobs_audit_passed"]
+            and checks["offsets_match"] and checks["drained"] and not checks["reruns_that_wrote"])
+    saved = bool(checks.get("audits_passed", checks.get("passed")))
+    bounds = Bounds(heap_growth_pct=args.flat_heap_pct, rss_growth_pct=args.flat_rss_pct,
+                    log_slack=args.flat_log_slack)
+    rows = flatness(result, bounds)
     print("\n".join(flatness_table(rows)))
     passed = saved and flat(rows)
     print(f"\n{path}: audits and offsets (saved) {'PASS' if saved else 'FAIL'}; flatness "
           f"{'PASS' if flat(rows) else 'FAIL'}; verdict {'PASS' if passed else 'FAIL'}")
+    if args.rewrite:
+        # soak.json and report.md beside it, judged again; the first verdict stays on record.
+        first = checks.get("first_verdict") or ("PASS" if checks.get("passed") else "FAIL")
+        checks["first_verdict"] = first
+        judge_flatness(result, bounds)
+        old = path.with_name("report.md")
+        found = re.search(r"^- command: `([^`]*)`", old.read_text(), re.M) if old.exists() else None
+        command = found.group(1) if found else "python -m benchmarks.soak (command not saved)"
+        text = report(result, command).replace(
+            "\n## The run", f"\nJudged again by `python -m benchmarks.soak --rejudge {path.name} "
+            f"--rewrite` (benchmarks/soak_verdict.py, commit {git_commit()}); the verdict written "
+            f"at the end of the run was {first}.\n\n## The run", 1)
+        old.write_text(text)
+        path.write_text(json.dumps(result, indent=1, default=str) + "\n")
     return 0 if passed else 1
 
 
@@ -874,7 +898,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--trigger-ms", type=int, default=100, help="processingTime trigger (ms)")
     parser.add_argument("--driver-memory", default="768m", help="spark.driver.memory of the drivers")
     parser.add_argument("--sample-s", type=float, default=3.0, help="seconds between samples")
-    parser.add_argument("--live-heap-every-s", type=float, default=60.0,
+    parser.add_argument("--live-heap-every-s", type=float, default=20.0,
                         help="every S seconds, a full GC of the driver's JVM (jcmd GC.run) and its live "
                              "heap and metaspace measured (jstat); 0: never")
     parser.add_argument("--max-minutes", type=float, default=100.0,
@@ -893,6 +917,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "window holds")
     parser.add_argument("--rejudge", metavar="SOAK_JSON",
                         help="run nothing: print the flatness verdict of a saved soak.json")
+    parser.add_argument("--rewrite", action="store_true",
+                        help="with --rejudge: also write that verdict into the soak.json and the "
+                             "report.md beside it (the first verdict is kept in both)")
     parser.add_argument("--child", nargs=2, metavar=("KIND", "CONFIG"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:

@@ -181,3 +181,17 @@ def test_rejudge_runs_nothing(saved: dict[str, Any], tmp_path: Path,
     out = capsys.readouterr().out
     assert "**FAIL**" in out and "verdict FAIL" in out
     assert main(["--rejudge", str(grown), "--flat-heap-pct", "50"]) == 0
+
+
+def test_rejudge_rewrite_keeps_the_first_verdict(saved: dict[str, Any], tmp_path: Path) -> None:
+    """--rewrite writes the new verdict into soak.json and report.md and keeps the first one."""
+    first = copy.deepcopy(saved)
+    first["checks"]["passed"] = False  # as if a stricter judge had failed it at the end of the run
+    first["checks"].pop("audits_passed", None)
+    (tmp_path / "soak.json").write_text(json.dumps(first))
+    (tmp_path / "report.md").write_text("# Soak\n\n- command: `python -m benchmarks.soak --x 1`\n")
+    assert main(["--rejudge", str(tmp_path / "soak.json"), "--rewrite"]) == 0
+    again = json.loads((tmp_path / "soak.json").read_text())
+    assert again["checks"]["passed"] and again["checks"]["first_verdict"] == "FAIL"
+    text = (tmp_path / "report.md").read_text()
+    assert "Verdict: **PASS**" in text and "was FAIL" in text and "--x 1" in text
