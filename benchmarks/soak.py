@@ -811,7 +811,10 @@ def report(result: dict[str, Any], command: str) -> str:
         "",
         *life,
         "",
-        "READING",
+        "The plot: memory of each process (top; the JVM's live heap after a full GC among them), "
+        "the twopc logs' size and the job index (middle), the newest batch's commit latency "
+        "(bottom), against micro-batches committed; vertical lines mark the faults and the "
+        "batch-job rounds.",
         "",
         "![soak](soak.png)",
         "",
