@@ -49,20 +49,29 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` and `twopc` 
 from benchmarks.common import RESULTS_DIR, machine_info, write_results
 from twopc.control import ControlClient, EndTxnRequest
 
+# Opening hundreds of transactions takes longer than librdkafka's default transaction timeout
+# (60 s) on a loaded machine: the broker would abort the first ones (and fence their producers)
+# before the timed commit. Not timed, so the timeout only needs to be long.
+OPEN_TIMEOUT_MS = 600_000
+
 
 def open_producers(bootstrap: str, topic: str, n: int) -> list[tuple[str, Producer]]:
-    """N transactional producers, each with an open transaction holding one flushed record."""
-    out: list[tuple[str, Producer]] = []
+    """N transactional producers, each with an open transaction holding one flushed record
+    (opened eight at a time: init_transactions waits on the broker, not on this process)."""
     tag = uuid.uuid4().hex[:8]
-    for i in range(n):
+
+    def one(i: int) -> tuple[str, Producer]:
         tid = f"bench-{tag}-{i}"
-        p = Producer({"bootstrap.servers": bootstrap, "transactional.id": tid, "linger.ms": 0})
-        p.init_transactions(30)
+        p = Producer({"bootstrap.servers": bootstrap, "transactional.id": tid, "linger.ms": 0,
+                      "transaction.timeout.ms": OPEN_TIMEOUT_MS})
+        p.init_transactions(60)
         p.begin_transaction()
         p.produce(topic, value=f"v{i}".encode(), partition=i % 8)
-        p.flush(30)
-        out.append((tid, p))
-    return out
+        p.flush(60)
+        return tid, p
+
+    with ThreadPoolExecutor(8) as pool:
+        return list(pool.map(one, range(n)))
 
 
 def open_transactions(bootstrap: str, topic: str, n: int) -> list[tuple[str, int, int]]:
@@ -186,7 +195,7 @@ def precommit(bootstrap: str, topic: str, prefix: str, batch: str, n: int,
         return write_partition(
             {"bootstrap.servers": bootstrap}, transactional_id(prefix, p, 0), [Columns(values, values)],
             batch=batch, task_partition=p, attempt=0, default_topic=topic,
-            transaction_timeout_ms=120_000, control=control)
+            transaction_timeout_ms=OPEN_TIMEOUT_MS, control=control)
 
     # Eight at a time, as executors would (librdkafka's waits release the GIL): not timed. The
     # checksum's pandas import first, once: concurrent first imports of pandas.util deadlock.
