@@ -49,3 +49,12 @@ def test_bench_endtxn_curve_smoke(broker: KafkaUnderTest, tmp_path: Path) -> Non
         assert pt["coordinator_commit"]["audit"].startswith("PASS")
         assert pt["librdkafka_commit"]["p50_ms"] > 0
     assert (tmp_path / "curve.png").stat().st_size > 0
+
+
+def test_reference_over_several_processes(broker: KafkaUnderTest,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Beyond librdkafka's per-process limit of clients the reference splits over processes."""
+    import benchmarks.bench_endtxn as bench
+
+    monkeypatch.setattr(bench, "PRODUCERS_PER_PROCESS", 2)
+    assert bench.reference_commits(broker.bootstrap_servers, 5, 1)["p50_ms"] > 0
