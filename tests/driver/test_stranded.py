@@ -94,7 +94,7 @@ def test_stuck_spans_needs_our_own_open_transaction_at_the_first_offset(
         lso: int, holder: tuple[int, int] | None) -> None:
     span = PartitionSpan("t", 0, 10, 14, 5)
     h = _handle((span, PartitionSpan("u", 1, 3, 3, 1)))
-    open_at = {("t", 0): [] if holder is None else [holder]}
+    open_at = {("t", 0): frozenset() if holder is None else frozenset([holder])}
     got = stuck_spans(h, {("t", 0): lso, ("u", 1): 4}, open_at)
     assert got == ([span] if lso <= 10 and holder == (PID, 10) else [])
 
@@ -119,7 +119,7 @@ def test_a_partition_that_cannot_be_read_is_never_settled(
     if why:
         assert error is not None and error in v.reason
     # Without the last stable offset, the producer states alone decide.
-    assert stuck_spans(h, lsos, {("t", 0): [(PID, 10)]}) == ([span] if maybe_held else [])
+    assert stuck_spans(h, lsos, {("t", 0): {(PID, 10)}}) == ([span] if maybe_held else [])
 
 
 def test_holds_are_cleared_only_once_every_visible_handle_on_them_was_checked() -> None:

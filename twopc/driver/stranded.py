@@ -413,8 +413,8 @@ def _observe(control: ControlClient, suspects: Sequence[tuple[str, Handle]],
         held = sorted({(s.topic, s.partition) for _, h in suspects for s in h.spans
                        if maybe_held(s, lso)})
         states = control.describe_producers(held, budget) if held else {}
-        open_at: dict[TopicPartition, list[tuple[int, int]]] = {
-            tp: [(a.producer_id, a.current_txn_start_offset) for a in state.producers]
+        open_at: dict[TopicPartition, frozenset[tuple[int, int]]] = {
+            tp: frozenset((a.producer_id, a.current_txn_start_offset) for a in state.producers)
             for tp, state in states.items() if not state.error_code}
         errors = {tp: "no answer" for tp in held if tp not in states}
         errors.update({tp: error_name(state.error_code) for tp, state in states.items()
