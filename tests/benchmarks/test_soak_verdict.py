@@ -15,7 +15,11 @@ from benchmarks.soak import judge_flatness, main, report
 from benchmarks.soak_verdict import RETAIN_BATCHES, Bounds, Flat, flat, flatness
 
 ROOT = Path(__file__).resolve().parents[2]
-RUN_OF_RECORD = ROOT / "docs" / "soak" / "soak.json"
+# The synthetic growths below were sized on the 2026-11-26 run (two lifetimes, 36 jobs); the run
+# of record since 2026-11-27 is judged flat beside it.
+RUN_OF_RECORD = ROOT / "docs" / "soak" / "2026-11-26" / "soak.json"
+LATEST = ROOT / "docs" / "soak" / "soak.json"
+FIRST_JUDGE_FAILED = ROOT / "docs" / "soak" / "2026-11-27-a" / "soak.json"
 WITH_KILLS = ROOT / "docs" / "soak" / "with-driver-kills" / "soak.json"
 
 
@@ -47,7 +51,8 @@ def ramp(result: dict[str, Any], key: str, rise: float) -> dict[str, Any]:
     return out
 
 
-@pytest.mark.parametrize("path", [RUN_OF_RECORD, WITH_KILLS], ids=["run-of-record", "with-driver-kills"])
+@pytest.mark.parametrize("path", [RUN_OF_RECORD, WITH_KILLS, LATEST, FIRST_JUDGE_FAILED],
+                         ids=["2026-11-26", "with-driver-kills", "run-of-record", "2026-11-27-a"])
 def test_saved_runs_are_flat(path: Path) -> None:
     result = json.loads(path.read_text())
     rows = flatness(result)
@@ -195,3 +200,12 @@ def test_rejudge_rewrite_keeps_the_first_verdict(saved: dict[str, Any], tmp_path
     assert again["checks"]["passed"] and again["checks"]["first_verdict"] == "FAIL"
     text = (tmp_path / "report.md").read_text()
     assert "Verdict: **PASS**" in text and "was FAIL" in text and "--x 1" in text
+
+
+def test_a_live_heap_rising_50_percent_over_the_long_lifetime_fails() -> None:
+    """The run of record is one 6,002-batch lifetime: a live set rising 50 % over it is about
+    8 % per 1,000 micro-batches between the halves' medians, over the 5 % bound."""
+    latest = json.loads(LATEST.read_text())
+    assert flat(flatness(latest))
+    rows = flatness(ramp(latest, "driver_jvm_live_heap_kib", 0.5))
+    assert [r.series for r in rows if r.ok is False] == ["Spark driver JVM heap live after full GC"]

@@ -38,19 +38,24 @@ def keep(records: list[tuple[int, LogRecord]], mark: int) -> list[tuple[int, Log
     return [(s, r) for s, r in records if s >= mark]
 
 
-@settings(max_examples=600)
+# Derandomized: the same examples in every run (a CI run must not find a new one by chance); the
+# count is what reaches a batch awaiting repair cut by a mark, resolved after its fences.
+@settings(max_examples=3000, derandomize=True)
 @given(st.lists(st.tuples(st.sampled_from(ACTIONS), st.sampled_from(["1", "2", "3", "4", "5"]),
                           st.integers(0, 3)), max_size=50))
 def test_a_purge_keeps_the_log_readable_and_every_needed_batch(
         steps: list[tuple[str, str, int]]) -> None:
     records: list[tuple[int, LogRecord]] = []
     mark = 0
+    committed: set[str] = set()  # a batch id commits once (a job's index, a query's next id)
 
     def append(record: LogRecord) -> None:
         records.append((len(records), record))
 
     for action, batch, n in steps:
         cur = fold(keep(records, mark), start_seq=mark).batch(batch)
+        if batch in committed and action not in ("purge", "duplicates", "fence"):
+            continue
         if action == "purge":
             whole = fold(records)  # what the log says with nothing purged
             below = purge_below(fold(keep(records, mark), start_seq=mark), n)
@@ -71,14 +76,18 @@ def test_a_purge_keeps_the_log_readable_and_every_needed_batch(
             ids = [h.transactional_id for h in cur.intent]
             if action == "commit":
                 append(Committed(batch, cur.intent_seq, ()))
+                committed.add(batch)
             elif action == "partial" and len(ids) > 1:
                 append(Partial(batch, cur.intent_seq, tuple(ids[:1]), tuple(ids[1:])))
             elif action == "abort_intent":
                 append(Aborted(batch, cur.intent, "timed out", cur.intent_seq))
             elif action.startswith("resolve"):
                 append(Resolved(batch, action.removeprefix("resolve_"), "ops"))
+                if action == "resolve_committed":
+                    committed.add(batch)
         elif action == "resolve_committed" and cur.status is BatchStatus.PARTIAL:
             append(Resolved(batch, "committed", "ops"))
+            committed.add(batch)
         elif action == "resolve_aborted" and (cur.status is BatchStatus.PARTIAL
                                               or cur.awaits_repair):
             append(Resolved(batch, "aborted", "ops"))
@@ -89,8 +98,11 @@ def test_a_purge_keeps_the_log_readable_and_every_needed_batch(
 
 
 def _same(a: BatchState, b: BatchState) -> bool:
-    # first_seq/last_seq are where the batch's records are; the rest is what they say.
-    return replace(a, first_seq=0, last_seq=0) == replace(b, first_seq=0, last_seq=0)
+    # first_seq/last_seq are where the batch's records are; the rest is what they say, but for
+    # before_intent of an open intent over purged aborts (NONE or ABORTED: an abort of it leads
+    # back to ABORTED either way).
+    return (replace(a, first_seq=0, last_seq=0, before_intent=BatchStatus.NONE)
+            == replace(b, first_seq=0, last_seq=0, before_intent=BatchStatus.NONE))
 
 
 def test_a_batch_awaiting_repair_holds_the_purge_until_resolved() -> None:
@@ -140,3 +152,27 @@ def test_a_resolution_of_a_batch_that_is_not_stuck_is_refused() -> None:
                     [(0, Resolved("1", "aborted", "x"))]):
         with pytest.raises(InconsistentLog, match="not stuck"):
             fold(records)
+
+
+@pytest.mark.parametrize("after", ["fence", "duplicates"])
+def test_a_resolution_after_fences_of_a_purged_stuck_batch_stands(after: str) -> None:
+    """Job B aborted after its intent, job C too (awaiting repair: it holds the mark at its first
+    record), B's re-run refused (a fence) or a copy begun and failed (its duplicates recorded),
+    B given up by an operator: the purge cuts B's intent and abort and keeps the record after
+    them and the resolution, which must still read (found by a review; it made the log
+    unreadable once the fix above kept C)."""
+    b, c = (handle("B", 0, 0),), (handle("C", 0, 1),)
+    records: list[LogRecord] = [
+        Prepared("B", b), Aborted("B", b, "timed out", 0),
+        Prepared("C", c), Aborted("C", c, "timed out", 2),
+        Aborted("B", (handle("B", 0, 9),), "copy forward failed", None) if after == "fence"
+        else Duplicates("B", ("q-0-1",)),
+        Resolved("B", "aborted", "ops")]
+    for i in range(3):
+        records += [Prepared(f"D{i}", ()), Committed(f"D{i}", len(records), ())]
+    numbered = list(enumerate(records))
+    below = purge_below(fold(numbered), 1)
+    assert below == 2  # C's intent
+    kept = fold(keep(numbered, below), start_seq=below)
+    assert kept.batch("B").status is BatchStatus.ABORTED and not kept.batch("B").awaits_repair
+    assert kept.batch("C").awaits_repair

@@ -29,7 +29,7 @@ from twopc.cli._output import emit_json, fail
 from twopc.control import ControlClient, ControlError
 from twopc.driver.call import DriverSettings
 from twopc.driver.coordinator import Coordinator
-from twopc.driver.recovery import Recovery
+from twopc.driver.recovery import Recovery, check_resolution
 from twopc.driver.recovery_report import RecoveryReport
 from twopc.errors import (
     CopyForwardFailed,
@@ -287,12 +287,8 @@ def _run(args: argparse.Namespace, recovery: Recovery, copier: Coordinator | Non
                            "stuck": stuck, "resolution": None,
                            "copied": copied, "not_copied": not_copied}
     if args.resolve is not None:
-        target = next((s for s in stuck if s["batch"] == args.resolve), None)
-        if target is None:
-            raise ResolutionRefused(
-                f"batch {args.resolve} is {view.state.batch(args.resolve).status.value}: only a "
-                "batch left prepared (undecided), partly committed, or aborted with its decided "
-                "records awaiting repair needs a resolution")
+        check_resolution(view.state.batch(args.resolve), args.decision)  # before asking
+        target = next(s for s in stuck if s["batch"] == args.resolve)
         if not args.json:
             _print(out)
         if not args.yes and not _confirm(args.resolve, args.decision, target["awaits_repair"]):

@@ -50,6 +50,22 @@ def _close_offsets_transaction(call: DriverCall, settled: Sequence[BatchState]) 
         call.fence_named(ids)
 
 
+def check_resolution(state: BatchState, decision: str) -> None:
+    """ResolutionRefused unless `decision` may be recorded for the batch: one left prepared
+    (undecided) or partial takes either; one awaiting repair (aborted after its intent, nothing
+    visible) only "aborted"; any other none. (`twopc recover` asks before it confirms.)"""
+    if state.awaits_repair and decision != RESOLVE_ABORTED:
+        raise ResolutionRefused(
+            f"batch {state.batch} was aborted after its intent and nothing of it is visible: "
+            "resolve it aborted (its decided records are given up, a re-run writes afresh), "
+            "or copy them forward (`twopc recover --repair copy`, or re-run the batch)")
+    if not (state.awaits_repair or state.status in (BatchStatus.PREPARED, BatchStatus.PARTIAL)):
+        raise ResolutionRefused(
+            f"batch {state.batch} is {state.status.value}: only a batch left prepared "
+            "(undecided), partial, or aborted with its decided records awaiting repair needs a "
+            "resolution")
+
+
 class Recovery:
     """recover() and resolve() of one owner's log; every call opens its own `DriverCall`."""
 
@@ -123,16 +139,7 @@ class Recovery:
         if not note.strip():
             raise ResolutionRefused("a resolution needs a note saying who decided and why")
         call = DriverCall(self.log, self.control, self.settings)
-        state = call.state.batch(batch)
-        if state.awaits_repair and decision != RESOLVE_ABORTED:
-            raise ResolutionRefused(
-                f"batch {batch} was aborted after its intent and nothing of it is visible: "
-                "resolve it aborted (its decided records are given up, a re-run writes afresh), "
-                "or copy them forward (`twopc recover --repair copy`, or re-run the batch)")
-        if not (state.awaits_repair or state.status in (BatchStatus.PREPARED, BatchStatus.PARTIAL)):
-            raise ResolutionRefused(
-                f"batch {batch} is {state.status.value}: only a batch left prepared (undecided), "
-                "partial, or aborted with its decided records awaiting repair needs a resolution")
+        check_resolution(call.state.batch(batch), decision)
         seq = call.append(Resolved(batch, decision, note))
         if decision == RESOLVE_COMMITTED:
             call.remember_job(batch, seq)

@@ -263,7 +263,8 @@ _REOPENED: dict[Step, BatchStatus | str] = {
 _NEXT: dict[BatchStatus, dict[Step, BatchStatus | str]] = {
     _N: {**_REOPENED, Step.FENCE: _A, Step.DUPLICATES: _N, Step.RESOLVE_PURGED_COMMITTED: _C,
          Step.RESOLVE_PURGED_ABORTED: _A},
-    _A: {**_REOPENED, Step.FENCE: _A, Step.DUPLICATES: _A, Step.RESOLVE_ABORTED: _A},
+    _A: {**_REOPENED, Step.FENCE: _A, Step.DUPLICATES: _A, Step.RESOLVE_ABORTED: _A,
+         Step.RESOLVE_PURGED_COMMITTED: _C, Step.RESOLVE_PURGED_ABORTED: _A},
     _P: {Step.COMMIT: _C, Step.PARTIAL: _PA, Step.ABORT: _BACK, Step.FENCE: _P,
          Step.DUPLICATES: _P, Step.RESOLVE_COMMITTED: _C, Step.RESOLVE_ABORTED: _A},
     _PA: {**_REOPENED, Step.FENCE: _PA, Step.DUPLICATES: _PA, Step.RESOLVE_COMMITTED: _C,
@@ -370,14 +371,16 @@ def _step_of(cur: BatchState, rec: LogRecord, start: int,
         return Step.DUPLICATES
     assert isinstance(rec, Resolved)
     step = Step.RESOLVE_COMMITTED if rec.decision == RESOLVE_COMMITTED else Step.RESOLVE_ABORTED
-    if cur.last_seq < 0 and start > 0:
-        # Its first record: the stuck batch's own records lay below the purge's mark (the purge
-        # keeps a stuck batch whole, not one resolved since): the resolution stands as recorded.
+    if cur.status in (_P, _PA) or cur.awaits_repair:
+        return step  # stuck as the kept records show it (the table refuses what it may not take)
+    if cur.intent_seq is None and start > 0:
+        # Not stuck as far as the kept records show, and no intent of the batch above the purge's
+        # mark: its stuck records lay below the mark (the purge keeps a stuck batch whole, not one
+        # resolved since, whose fences or duplicates after them may be kept). The resolution
+        # stands as recorded, as an outcome whose intent was purged does.
         return Step.RESOLVE_PURGED_COMMITTED if step is Step.RESOLVE_COMMITTED \
             else Step.RESOLVE_PURGED_ABORTED
-    if cur.status is _A and not cur.lost:
-        raise bad("an operator resolution for a batch that is not stuck")
-    return step
+    raise bad("an operator resolution for a batch that is not stuck")
 
 
 def by_partition(handles: Iterable[Handle]) -> dict[int, Handle]:
