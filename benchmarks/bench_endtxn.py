@@ -142,25 +142,30 @@ def _summary(times: list[float]) -> dict[str, float]:
 PRODUCERS_PER_PROCESS = 480
 
 
-def _reference_part(bootstrap: str, topic: str, n: int, ready: Any, go: Any, out: Any) -> None:
-    """One process's share of a reference commit: open `n` transactions, wait for `go`, commit
-    them all at once; puts the milliseconds from `go` to its last commit on `out`."""
-    producers = [p for _, p in open_producers(bootstrap, topic, n)]
-    start = threading.Barrier(n + 1)
+def _commit_together(producers: list[Producer], released: Callable[[], None]) -> float:
+    """Each producer's commit_transaction on a thread of its own, all started together once
+    `released()` returns; milliseconds from then until the last returned."""
+    start = threading.Barrier(len(producers) + 1)
 
     def commit(p: Producer) -> None:
         start.wait()
         p.commit_transaction(60)
 
-    with ThreadPoolExecutor(n) as pool:
+    with ThreadPoolExecutor(len(producers)) as pool:
         futures = [pool.submit(commit, p) for p in producers]
-        ready.wait()
-        go.wait()
+        released()
         began = time.perf_counter()
         start.wait()
         for f in futures:
             f.result()
-        out.put((time.perf_counter() - began) * 1000)
+        return (time.perf_counter() - began) * 1000
+
+
+def _reference_part(bootstrap: str, topic: str, n: int, ready: Any, go: Any, out: Any) -> None:
+    """One process's share of a reference commit: open `n` transactions, wait for `go`, commit
+    them all at once; puts the milliseconds from `go` to its last commit on `out`."""
+    producers = [p for _, p in open_producers(bootstrap, topic, n)]
+    out.put(_commit_together(producers, lambda: (ready.wait(), go.wait())))
 
 
 def _split_reference(bootstrap: str, topic: str, n: int) -> float:
@@ -193,20 +198,7 @@ def librdkafka_commits(bootstrap: str, topic: str, n: int) -> float:
     commit path twopc could take (a producer cannot live from a task to the driver)."""
     if n > PRODUCERS_PER_PROCESS:
         return _split_reference(bootstrap, topic, n)
-    producers = [p for _, p in open_producers(bootstrap, topic, n)]
-    ready = threading.Barrier(n + 1)
-
-    def commit(p: Producer) -> None:
-        ready.wait()
-        p.commit_transaction(30)
-
-    with ThreadPoolExecutor(n) as pool:
-        futures = [pool.submit(commit, p) for p in producers]
-        ready.wait()
-        started = time.perf_counter()
-        for f in futures:
-            f.result()
-        return (time.perf_counter() - started) * 1000
+    return _commit_together([p for _, p in open_producers(bootstrap, topic, n)], lambda: None)
 
 
 class _Timed:
