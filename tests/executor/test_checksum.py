@@ -80,3 +80,38 @@ def test_mapping_rows_are_strict() -> None:
     with pytest.raises(RowError, match="not a \\(str, bytes"):
         fields_of({"value": b"v", "headers": [("a", 5)]}, 0)
     assert Row(b"v").partition is None
+
+
+_FIRST_USE_IN_THREADS = """
+import threading
+from twopc.executor.checksum import checksum_of, warm_up
+
+errors = []
+def use(i):
+    try:
+        if i % 2:
+            warm_up()
+        checksum_of([("t", None, b"v%d" % i, ())])
+    except BaseException as exc:
+        errors.append(repr(exc))
+threads = [threading.Thread(target=use, args=(i,)) for i in range(16)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print(errors)
+raise SystemExit(1 if errors else 0)
+"""
+
+
+def test_first_use_from_many_threads_at_once() -> None:
+    """The hashing's import (pandas) happens on first use; threads that all start at once (the
+    writer's starter thread beside its caller, several writers in one process) must not meet in
+    it: CPython raises _DeadlockError when two threads import pandas' cyclic modules together."""
+    import subprocess
+    import sys
+
+    for _ in range(3):  # a fresh process each time: the import happens once per process
+        done = subprocess.run([sys.executable, "-c", _FIRST_USE_IN_THREADS], capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr

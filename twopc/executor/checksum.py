@@ -24,7 +24,8 @@ accident, not an adversary), and two different multisets collide with probabilit
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import threading
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -51,17 +52,33 @@ _M2 = np.uint64(0xC4CEB9FE1A85EC53)
 _S33 = np.uint64(33)
 
 
+_hash_array: Callable[..., Any] | None = None
+# One thread imports pandas, the others wait: two threads importing it at once (a writer's starter
+# thread beside its caller, several writers in one process) can meet in its cyclic imports, and
+# CPython then raises _DeadlockError or hands one a partly initialized module.
+_import_lock = threading.Lock()
+
+
 def warm_up() -> None:
     """Import the hashing now (pandas: ~0.25 s the first time in a process)."""
-    from pandas.util import hash_array  # noqa: F401
+    _hasher()
+
+
+def _hasher() -> Callable[..., Any]:
+    global _hash_array
+    if _hash_array is None:
+        with _import_lock:
+            if _hash_array is None:
+                from pandas.util import hash_array  # heavy import: only when first needed
+
+                _hash_array = hash_array
+    return _hash_array
 
 
 def _siphash(items: Sequence[Any], key: str, categorize: bool = False) -> U64:
-    from pandas.util import hash_array  # heavy import: only when a chunk is hashed
-
     column = np.empty(len(items), dtype=object)
     column[:] = items
-    hashes: U64 = hash_array(column, hash_key=key, categorize=categorize)
+    hashes: U64 = _hasher()(column, hash_key=key, categorize=categorize)
     return hashes
 
 
