@@ -19,6 +19,7 @@ from twopc.control import (
     ControlClient,
     EndTxnRequest,
     KafkaApiError,
+    LogCheckRequest,
     LogOutcome,
     OutcomeKind,
     TxnState,
@@ -165,6 +166,42 @@ def test_another_producer_or_topic_id_at_the_offset_is_unknown(
     real_id = client.topic_ids([topic])[topic]
     same = client.log_check(topic, partition, first, txn.producer_id, txn.epoch, real_id)
     assert same.outcome is LogOutcome.COMMITTED, same.describe()
+
+
+def test_log_checks_of_many_spans_read_the_topic_ids_once(
+        broker: KafkaUnderTest, topic: str, client: ControlClient) -> None:
+    """A recovery checks every span of thousands of transactions: the recorded topic ids are
+    compared with one Metadata answer for all of them, and each span still gets its own verdict
+    (a wrong recorded id is TOPIC_CHANGED, the right one is read in the log)."""
+    txns = [open_txn(broker.bootstrap_servers, topic) for _ in range(3)]
+    for txn in txns:
+        assert end(client, txn, commit=True) is OutcomeKind.COMMITTED
+    assert wait_until_stable(broker.config(), topic, 30)
+    real_id = client.topic_ids([topic])[topic]
+    wrong_id = "00000000-0000-0000-0000-000000000001"
+    checks = [LogCheckRequest(topic, p, first, txn.producer_id, txn.epoch, tid)
+              for txn in txns for p, (first, _) in txn.offsets.items()
+              for tid in (real_id, wrong_id)]
+    cluster = client._cluster
+    asked: list[object] = []
+    plain = cluster.refresh_metadata
+
+    async def counted(topics: object = ()) -> object:
+        asked.append(topics)
+        return await plain(topics)  # type: ignore[arg-type]
+
+    cluster.refresh_metadata = counted  # type: ignore[method-assign,assignment]
+    try:
+        results = client.log_checks(checks)
+    finally:
+        cluster.refresh_metadata = plain  # type: ignore[method-assign]
+    assert asked == [[topic]]
+    for check, result in zip(checks, results, strict=True):
+        if check.topic_id == wrong_id:
+            assert result.reason is UnknownReason.TOPIC_CHANGED, result.describe()
+            assert wrong_id in result.describe() and real_id in result.describe()
+        else:
+            assert result.outcome is LogOutcome.COMMITTED, result.describe()
 
 
 @pytest.mark.all_variants

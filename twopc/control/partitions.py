@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from twopc.control import errors as e
@@ -176,16 +176,39 @@ async def by_leader(cluster: Cluster, partitions: list[tuple[str, int]], api: Ap
     return out
 
 
+async def current_topic_ids(cluster: Cluster, topics: Iterable[str]) -> dict[str, str | None]:
+    """Each topic's id now, from one Metadata request (None: the topic is gone)."""
+    wanted = sorted(set(topics))
+    resp = await cluster.refresh_metadata(wanted)
+    now: dict[str, str | None] = dict.fromkeys(wanted)
+    for t in resp.topics:
+        if t.name in now and t.error_code == 0:
+            now[t.name] = str(t.topic_id)
+    return now
+
+
+def topic_changed(recorded: str, now: str | None) -> str | None:
+    """What a span's recorded topic id meets now, said for the operator; None: the same topic."""
+    return None if now == recorded else f"recorded topic id {recorded}, now {now or 'gone'}"
+
+
 async def log_check(cluster: Cluster, topic: str, partition: int, offset: int, producer_id: int,
                     epoch: int, topic_id: str | None,
                     budget_s: float | None = None) -> LogCheckResult:
+    now = None if topic_id is None else (await current_topic_ids(cluster, [topic]))[topic]
+    return await log_check_seen(cluster, topic, partition, offset, producer_id, epoch, topic_id,
+                                now, budget_s)
+
+
+async def log_check_seen(cluster: Cluster, topic: str, partition: int, offset: int,
+                         producer_id: int, epoch: int, topic_id: str | None,
+                         topic_now: str | None, budget_s: float | None = None) -> LogCheckResult:
+    """`log_check` with the topic's id now (`topic_now`) already read: the checks of many spans
+    share one Metadata request."""
     if topic_id is not None:
-        resp = await cluster.refresh_metadata([topic])
-        now = next((t for t in resp.topics if t.name == topic), None)
-        if now is None or now.error_code != 0 or str(now.topic_id) != topic_id:
-            seen = "gone" if now is None or now.error_code != 0 else str(now.topic_id)
-            return LogCheckResult(LogOutcome.UNKNOWN, UnknownReason.TOPIC_CHANGED,
-                                  f"recorded topic id {topic_id}, now {seen}")
+        changed = topic_changed(topic_id, topic_now)
+        if changed is not None:
+            return LogCheckResult(LogOutcome.UNKNOWN, UnknownReason.TOPIC_CHANGED, changed)
     probe = await fetch_at(cluster, topic, partition, offset,
                            uuid.UUID(topic_id) if topic_id else None, budget_s)
     return decide(probe, producer_id, epoch)
@@ -215,12 +238,10 @@ async def read_transaction(cluster: Cluster, topic: str, partition: int, first_o
     """The records of (`producer_id`, `epoch`)'s transaction in one partition, from
     `first_offset` to its marker, fetched at read_uncommitted (readback.py decides)."""
     if topic_id is not None:
-        resp = await cluster.refresh_metadata([topic])
-        now = next((t for t in resp.topics if t.name == topic), None)
-        if now is None or now.error_code != 0 or str(now.topic_id) != topic_id:
-            seen = "gone" if now is None or now.error_code != 0 else str(now.topic_id)
+        changed = topic_changed(topic_id, (await current_topic_ids(cluster, [topic]))[topic])
+        if changed is not None:
             return SpanRecords(topic, partition, first_offset, problem=ReadProblem.TOPIC_CHANGED,
-                               detail=f"recorded topic id {topic_id}, now {seen}")
+                               detail=changed)
     scan = Scan(topic, partition, first_offset, producer_id, epoch, expected)
     tid = uuid.UUID(topic_id) if topic_id else None
     while not scan.done:
