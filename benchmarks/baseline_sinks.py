@@ -6,19 +6,32 @@
   no transaction, a delivery callback that fails the task on any error): the cost of producing from
   Python without the two-phase commit.
 
-kafka2pc minus `bench_plain` is then the price of exactly-once itself. Benchmarks only.
+kafka2pc minus `bench_plain` is then the price of exactly-once itself. `bench_noop` also takes a
+streaming query (`writeStream`), timed into benchmarks/timing_log.py's log as
+benchmarks/timed_sink.py times kafka2pc, so that a micro-batch's Python data-source costs (driver-side
+workers, task workers, Arrow batches) can be told from twopc's own. Benchmarks only.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+
+from benchmarks import timing_log
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql.types import StructType
+
+timing_log.imports_done()  # as timed_sink does for twopc's: ~0 here, for the same column
 
 NOOP = "bench_noop"
 PLAIN = "bench_plain"
@@ -48,6 +61,36 @@ class _NoopWriter(DataSourceArrowWriter):
             values = _column(batch, "value")
             rows += len(values or ())
         return RowCount(rows)
+
+
+class _NoopStreamWriter(DataSourceStreamArrowWriter):
+    """The streaming noop: each call timed as kafka2pc's are (benchmarks/timed_sink.py)."""
+
+    def __init__(self, tag: str) -> None:
+        self.tag = tag
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> RowCount:
+        from pyspark import TaskContext
+
+        began = time.time()
+        rows = _NoopWriter().write(iterator).rows
+        context = TaskContext.get()
+        batch = context.getLocalProperty("streaming.sql.batchId") if context is not None else None
+        timing_log.record({"phase": "task", "prefix": self.tag, "batch": batch,
+                           "start_ms": began * 1000, "end_ms": time.time() * 1000, "rows": rows,
+                           "partition": context.partitionId() if context is not None else None,
+                           **timing_log.process_state()})
+        return RowCount(rows)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        now = time.time() * 1000
+        rows = sum(m.rows for m in messages if isinstance(m, RowCount))
+        timing_log.record({"phase": "commit", "prefix": self.tag, "batch": batchId,
+                           "start_ms": now, "end_ms": now, "rows": rows,
+                           **timing_log.process_state()})
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        pass
 
 
 class _PlainWriter(DataSourceArrowWriter):
@@ -94,6 +137,14 @@ class NoopDataSource(DataSource):
 
     def writer(self, schema: StructType, overwrite: bool) -> _NoopWriter:
         return _NoopWriter()
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> _NoopStreamWriter:
+        now = time.time() * 1000
+        tag = str(self.options.get("topic", NOOP))
+        timing_log.record({"phase": "prepare", "prefix": tag, "streaming": True,
+                           "for_commit": timing_log.in_commit_runner(), "start_ms": now,
+                           "end_ms": now, **timing_log.process_state()})
+        return _NoopStreamWriter(tag)
 
 
 class PlainDataSource(DataSource):
