@@ -47,7 +47,7 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` and `twopc` 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import RESULTS_DIR, machine_info, write_results
-from twopc.control import ControlClient, EndTxnRequest
+from twopc.control import ControlClient, EndTxnRequest, TxnState
 
 # Opening hundreds of transactions takes longer than librdkafka's default transaction timeout
 # (60 s) on a loaded machine: the broker would abort the first ones (and fence their producers)
@@ -85,6 +85,19 @@ def open_transactions(bootstrap: str, topic: str, n: int) -> list[tuple[str, int
     # objects must outlive the describe so that the transactions are Ongoing with known ids.
     del producers
     return [(d.transactional_id, d.producer_id, d.producer_epoch) for d in described.values()]
+
+
+def broker_state(bootstrap: str) -> dict[str, float]:
+    """How many transactional ids the brokers know, and what one ListTransactions by a prefix
+    that matches none costs there now (median of 5, ms): the commit's orphan sweep."""
+    with ControlClient({"bootstrap.servers": bootstrap}) as client:
+        known = len(client.list_transactions(None))
+        times = []
+        for _ in range(5):
+            started = time.perf_counter()
+            client.list_transactions("bench-none-", states=[TxnState.ONGOING])
+            times.append((time.perf_counter() - started) * 1000)
+    return {"transactional_ids": known, "list_by_prefix_ms": round(statistics.median(times), 2)}
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -347,8 +360,13 @@ def main(argv: list[str] | None = None) -> int:
         return report
 
     def measure(bootstrap: str) -> dict[str, Any]:
+        # What the broker holds matters (issue 34 item 3): the commit's sweep for orphans
+        # (ListTransactions by prefix) scans every transactional id the brokers know.
+        before = broker_state(bootstrap)
+        print(f"broker before the run: {before}", flush=True)
         if args.curve is None:
-            return one(bootstrap, args.transactions, args.skip_endtxn_only)
+            return {"broker_before": before,
+                    **one(bootstrap, args.transactions, args.skip_endtxn_only)}
         counts = [int(x) for x in args.curve.split(",") if x.strip()]
         points = []
         for n in counts:
