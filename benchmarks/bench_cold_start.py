@@ -31,6 +31,8 @@ rest. `--warmup-trials` whole trials of each mode run first, not counted, so tha
 warm (its JIT, `__transaction_state`): the query is cold, the broker is not (the warm-up trials are
 kept in the results as what a fresh broker adds). Last, the imports of ours that each Python role
 made in the trials are timed in a fresh interpreter (`python -X importtime`).
+`--base-tree DIR` adds the mode `twopc@base`: kafka2pc run from another work tree of twopc (the
+commit before a change), in the same alternation, so that a change is measured side by side.
 Results: benchmarks/results/cold-start.json and cold-start.png. It starts its own broker unless
 TWOPC_BOOTSTRAP_SERVERS is set; Spark's Kafka package as for bench_throughput.py (README).
 """
@@ -74,6 +76,8 @@ BUILTIN = "builtin"
 PY_NOOP = "py-noop"
 TWOPC = "twopc"
 MODES = (BUILTIN, PY_NOOP, TWOPC)
+BASE = f"{TWOPC}@base"  # kafka2pc from --base-tree, side by side with this tree's
+ROOT = Path(__file__).resolve().parents[1]
 PYTHON_MODES = (PY_NOOP, TWOPC)
 LABELS = {
     BUILTIN: "Spark format('kafka') (at-least-once, JVM)",
@@ -342,8 +346,12 @@ def trial_spec(mode: str, bootstrap: str, workdir: Path, data_dir: Path, args: a
     topic = create_topic(bootstrap, args.partitions, "bench-cold")
     trial_dir = workdir / f"trial-{tag}"
     trial_dir.mkdir()
+    kind, _, base = mode.partition("@")
     return {
-        "mode": mode, "bootstrap": bootstrap, "topic": topic, "data_dir": str(data_dir),
+        "mode": kind, "label": mode, "bootstrap": bootstrap, "topic": topic,
+        "data_dir": str(data_dir),
+        # `twopc@base`: the trial runs from the --base-tree work tree (its twopc, its benchmark)
+        "tree": str(args.base_tree) if base else str(ROOT),
         "partitions": args.partitions, "master": args.master, "jars": list(jars),
         "spark_checkpoint": str(trial_dir / "spark"), "timeout_s": args.trial_timeout,
         "result": str(trial_dir / "result.json"), "log": str(trial_dir / "timings.jsonl"),
@@ -360,9 +368,12 @@ def trial_spec(mode: str, bootstrap: str, workdir: Path, data_dir: Path, args: a
 
 def run_one(spec: Mapping[str, Any], total_rows: int) -> dict[str, Any]:
     """One trial: a fresh process runs the query; this one audits and splits its micro-batches."""
-    env = {**os.environ, timing_log.LOG_ENV: spec["log"]}  # Spark's Python workers inherit it
+    tree = Path(spec["tree"])
+    env = {**os.environ, timing_log.LOG_ENV: spec["log"],  # Spark's Python workers inherit it
+           "PYTHONPATH": os.pathsep.join([str(tree), str(tree / "testing")])}
     load_before = os.getloadavg()
-    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--trial", json.dumps(spec)],
+    script = tree / "benchmarks" / "bench_cold_start.py"
+    proc = subprocess.run([sys.executable, str(script), "--trial", json.dumps(spec)], cwd=tree,
                           env=env, capture_output=True, text=True,
                           timeout=spec["timeout_s"] + 300, check=False)
     if proc.returncode != 0:
@@ -370,6 +381,7 @@ def run_one(spec: Mapping[str, Any], total_rows: int) -> dict[str, Any]:
     result: dict[str, Any] = json.loads(Path(spec["result"]).read_text())
     lines = _lines(Path(spec["log"]))
     result["topic"] = spec["topic"]
+    result["mode"] = spec["label"]
     result["load_average_before"] = load_before
     rows_per_batch = total_rows // BATCHES
     result["audit"] = audit(spec["mode"], spec["bootstrap"], spec["topic"], total_rows, lines)
@@ -491,7 +503,7 @@ def summarize(trials: Sequence[Mapping[str, Any]], modes: Sequence[str]) -> dict
         if not mine:
             continue
         s: dict[str, Any] = {
-            "label": LABELS[mode],
+            "label": LABELS.get(mode, f"{LABELS[TWOPC]}, from --base-tree"),
             "trials": len(mine),
             "session_s": _spread([t["session_s"] for t in mine]),
             "start_to_batch0_end_s": _spread([t["start_to_batch0_end_s"] for t in mine]),
@@ -679,6 +691,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--import-repeats", type=int, default=3)
     ap.add_argument("--name", default="cold-start", help="results file name (without .json)")
     ap.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
+    ap.add_argument("--base-tree", type=Path, default=None,
+                    help="another work tree of twopc (e.g. the commit before a change): adds the "
+                         "mode twopc@base, kafka2pc run from that tree, in the same alternation")
     ap.add_argument("--trial", help=argparse.SUPPRESS)  # internal: run one trial (JSON spec)
     args = ap.parse_args(argv)
     if args.trial:
@@ -686,7 +701,9 @@ def main(argv: list[str] | None = None) -> int:
         Path(spec["result"]).write_text(json.dumps(run_trial(spec)))
         return 0
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    unknown = sorted(set(modes) - set(MODES))
+    if args.base_tree is not None:
+        modes.append(BASE)
+    unknown = sorted(set(modes) - set(MODES) - {BASE})
     if unknown:
         ap.error(f"unknown modes {unknown}; known: {', '.join(MODES)}")
     if args.trials < 1:

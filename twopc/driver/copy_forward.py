@@ -38,9 +38,6 @@ from twopc.control import SpanRecords
 from twopc.crashpoints import crash_point
 from twopc.driver.call import DriverCall
 from twopc.errors import CopyForwardFailed
-from twopc.executor.checksum import checksum_of, warm_up
-from twopc.executor.rows import Row
-from twopc.executor.writer import write_partition
 from twopc.protocol.copies import (
     CopyCheck,
     CopyPlan,
@@ -83,14 +80,19 @@ def read_back(call: DriverCall, source: Handle) -> tuple[list[SpanRecords], str 
     rows = [(r.topic, rec.key, rec.value, rec.headers) for r in reads for rec in r.records]
     if any(value is None for _, _, value, _ in rows):
         return reads, None  # twopc writes no null values: not this transaction's records
+    from twopc.executor.checksum import checksum_of
+
     return reads, checksum_of(rows)  # type: ignore[arg-type]  # (values checked not None)
 
 
 def check_sources(call: DriverCall, plan: CopyPlan
                   ) -> tuple[list[CopyCheck], dict[str, list[SpanRecords]]]:
     """Read back and verify every source of `plan` (reads only)."""
-    # The checksum's hashing imports pandas on first use: import it here, once, and not in two
-    # threads at once (a fresh driver process deadlocked importing it from the pool's threads).
+    # The checksum's hashing imports pandas on first use (the executor's modules, numpy and
+    # pandas are imported by the rare copy only, not by every driver that imports this module):
+    # import it here, once, rather than in the pool's first reads.
+    from twopc.executor.checksum import warm_up
+
     warm_up()
     held = call.state.in_use()
     checks: list[CopyCheck] = []
@@ -159,6 +161,9 @@ def try_copy(call: DriverCall, plan: CopyPlan, settings: RepairSettings) -> Copy
 
 def _write_copy(call: DriverCall, batch: str, source: Handle, reads: Sequence[SpanRecords],
                 settings: RepairSettings) -> Handle:
+    from twopc.executor.rows import Row
+    from twopc.executor.writer import write_partition
+
     assert settings.producer_config is not None
     rows = (Row(rec.value, rec.key, r.topic, r.partition, rec.headers, rec.timestamp)
             for r in reads for rec in r.records if rec.value is not None)

@@ -18,7 +18,6 @@ from typing import Any
 
 from confluent_kafka import KafkaException, Producer
 
-from twopc.control import ControlClient
 from twopc.control.oauth import TOKEN_PROVIDER_KEY, OAuthTokenError
 from twopc.driver import startup_guards
 from twopc.protocol.clock import DEFAULT_MARGIN_MS
@@ -31,6 +30,7 @@ from twopc.spark.options import (
     TRIGGER,
     SinkConfig,
 )
+from twopc.spark.reuse import client_for, release_client
 
 _log = logging.getLogger(__name__)
 
@@ -113,9 +113,16 @@ def check_at_start(config: SinkConfig, *, streaming: bool) -> None:
         check_trigger(config, config.trigger_interval_ms, f"option {TRIGGER}")
     try:
         check_producer_config(config)
-        with ControlClient(config.control_config()) as control:
+        # The process's kept client, which the driver side takes next: a new one here cost a
+        # second connection set-up in every cold planning process (benchmarks/bench_cold_start.py).
+        control = client_for(config)
+        healthy = False
+        try:
             startup_guards.check_at_start(control, config.producer_config,
                                           config.transaction_timeout_ms)
+            healthy = True
+        finally:
+            release_client(config, control, healthy=healthy)
     except OAuthTokenError as exc:
         raise spark_named(exc) from exc.__cause__
     if streaming and not config.source_rate_limited:
