@@ -54,3 +54,20 @@ def cluster_setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterS
     python = python_without_twopc(root / "executor-python")
     with SparkCluster(root / "cluster", workers=2, cores=1, worker_memory_mb=1024).start() as cluster:
         yield ClusterSetup(cluster, python, wheel)
+
+
+@pytest.fixture
+def source_setup(broker: Any, tmp_path: Any) -> dict[str, Any]:
+    """A Kafka-source query's topics and names (test_source_offsets.py,
+    test_source_gains_partitions.py): a 3-partition source topic, a 4-partition output topic."""
+    import uuid
+
+    from .test_source_offsets import SOURCE_PARTITIONS
+
+    return {
+        "bootstrap": broker.bootstrap_servers,
+        "source_topic": broker.create_topic(SOURCE_PARTITIONS), "topic": broker.create_topic(4),
+        "source_partitions": SOURCE_PARTITIONS, "max_offsets": 40,
+        "checkpoint": (tmp_path / "twopc").as_uri(), "spark_checkpoint": str(tmp_path / "spark"),
+        "prefix": f"k{uuid.uuid4().hex[:6]}", "group": f"g-{uuid.uuid4().hex[:8]}",
+    }

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import signal
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,7 +31,7 @@ from twopc.control import ControlClient, TxnState
 from twopc.ops.audit import audit_topic
 
 from .helpers import errors_of, run_driver
-from .test_source_offsets import PER_ROUND, RUN_S, SOURCE_PARTITIONS, check_rounds, kill_env, values
+from .test_source_offsets import PER_ROUND, RUN_S, check_rounds, kill_env, values
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.timeout(1800)]
 
@@ -78,18 +77,6 @@ CASES: dict[str, Case] = {
 }
 
 
-@pytest.fixture
-def setup(broker: KafkaUnderTest, tmp_path: Path) -> dict[str, Any]:
-    """As test_source_offsets.py's: a 3-partition source topic, a 4-partition output topic."""
-    return {
-        "bootstrap": broker.bootstrap_servers,
-        "source_topic": broker.create_topic(SOURCE_PARTITIONS), "topic": broker.create_topic(4),
-        "source_partitions": SOURCE_PARTITIONS, "max_offsets": 40,
-        "checkpoint": (tmp_path / "twopc").as_uri(), "spark_checkpoint": str(tmp_path / "spark"),
-        "prefix": f"k{uuid.uuid4().hex[:6]}", "group": f"g-{uuid.uuid4().hex[:8]}",
-    }
-
-
 def grow(broker: KafkaUnderTest, topic: str, partitions: int) -> None:
     admin = AdminClient(broker.config())
     for f in admin.create_partitions([NewPartitions(topic, partitions)]).values():
@@ -132,11 +119,11 @@ def _case_params() -> list[Any]:
 
 @pytest.mark.parametrize("case", _case_params())
 def test_source_gains_partitions_between_the_crash_and_the_restart(
-        case: str, broker: KafkaUnderTest, setup: dict[str, Any], tmp_path: Path,
+        case: str, broker: KafkaUnderTest, source_setup: dict[str, Any], tmp_path: Path,
         control: ControlClient) -> None:
     c = CASES[case]
-    cfg = {**setup, "options": c.options}
-    prefix = setup["prefix"]
+    cfg = {**source_setup, "options": c.options}
+    prefix = source_setup["prefix"]
     # Run 1: batch 0 commits; batch 1 (30 records over the 3 source partitions, one Spark
     # partition each) is killed at `point`, after Spark logged its offsets and before Spark's
     # commit log took it.
@@ -145,16 +132,16 @@ def test_source_gains_partitions_between_the_crash_and_the_restart(
                        env=kill_env(c.point, tmp_path / "arm"), timeout_s=RUN_S)
     assert first.returncode == -signal.SIGKILL, (first.returncode, errors_of(first.stderr))
     check_rounds(first, 1)
-    spark_checkpoint = Path(setup["spark_checkpoint"])
+    spark_checkpoint = Path(source_setup["spark_checkpoint"])
     assert (spark_checkpoint / "offsets" / "1").exists()
     assert not (spark_checkpoint / "commits" / "1").exists()
     if c.expire:
         wait_until_none_open(control, prefix, 90)
 
     # The source gains two partitions, and records land in them before the restart.
-    grow(broker, setup["source_topic"], GROWN)
+    grow(broker, source_setup["source_topic"], GROWN)
     new = values("n", NEW)
-    produce_to(broker, setup["source_topic"], new, [3, 4])
+    produce_to(broker, source_setup["source_topic"], new, [3, 4])
 
     # Run 2: Spark re-runs batch 1, then reads on over all the partitions (round c: value i to
     # partition i mod their number).
@@ -169,10 +156,10 @@ def test_source_gains_partitions_between_the_crash_and_the_restart(
         # Loud, and nothing half-visible: no transaction open, the re-run's fenced, and what
         # is visible is batch 0 and batch 1's committed Spark partition, once each.
         assert open_of(control, prefix) == []
-        seen = audit_topic(broker.config(), setup["topic"])
+        seen = audit_topic(broker.config(), source_setup["topic"])
         assert seen.passed and seen.records == PER_ROUND + 10, seen.summary()
         assert set(values("a")) < set(seen.counts) <= set(values("a") + values("b"))
-        assert [k for k, _ in records_of(setup["checkpoint"], "1")][-1] == "aborted"
+        assert [k for k, _ in records_of(source_setup["checkpoint"], "1")][-1] == "aborted"
         # The remedy: restart under the default policy (auto); round c is produced once more.
         again = {**again, "options": {**c.options, "twopc.repairPolicy": "auto"},
                  "rounds": [{"values": []}]}
@@ -182,7 +169,7 @@ def test_source_gains_partitions_between_the_crash_and_the_restart(
     [last] = check_rounds(second, 1)  # the group is at the last batch's end offsets
     assert sorted(p for _, p, _ in last["ends"]) == list(range(GROWN))
     assert sum(o for _, _, o in last["ends"]) == 3 * PER_ROUND + NEW
-    batch1 = records_of(setup["checkpoint"], "1")
+    batch1 = records_of(source_setup["checkpoint"], "1")
     print("BATCH 1", case, batch1)
     kinds = [k for k, _ in batch1]
     if c.expire and (refused or c.options.get("twopc.repairPolicy") != "rerun"):
@@ -196,6 +183,6 @@ def test_source_gains_partitions_between_the_crash_and_the_restart(
     else:  # one intent (3 Spark partitions), committed once: the re-run wrote nothing more
         assert [b for b in batch1 if b[0] == "prepared"] == [("prepared", [0, 1, 2])], batch1
         assert kinds[-2:] == ["committed", "offsets_committed"], batch1
-    report = audit_topic(broker.config(), setup["topic"],
+    report = audit_topic(broker.config(), source_setup["topic"],
                          values("a") + values("b") + new + values("c"))
     assert report.passed, report.summary()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import signal
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -66,41 +65,30 @@ def kill_env(point: str, arm: Path) -> dict[str, str]:
             "TWOPC_CRASH_WHEN_EXISTS": str(arm)}
 
 
-@pytest.fixture
-def setup(broker: KafkaUnderTest, tmp_path: Path) -> dict[str, Any]:
-    return {
-        "bootstrap": broker.bootstrap_servers,
-        "source_topic": broker.create_topic(SOURCE_PARTITIONS), "topic": broker.create_topic(4),
-        "source_partitions": SOURCE_PARTITIONS, "max_offsets": 40,
-        "checkpoint": (tmp_path / "twopc").as_uri(), "spark_checkpoint": str(tmp_path / "spark"),
-        "prefix": f"k{uuid.uuid4().hex[:6]}", "group": f"g-{uuid.uuid4().hex[:8]}",
-    }
-
-
 def test_offsets_follow_each_commit_through_a_driver_kill(
-        broker: KafkaUnderTest, setup: dict[str, Any], tmp_path: Path) -> None:
+        broker: KafkaUnderTest, source_setup: dict[str, Any], tmp_path: Path) -> None:
     # Run 1: a batch, a batch whose rows are all filtered out (no transaction: the offsets still
     # move), then a batch killed once all its transactions but the last committed.
     run1 = [{"values": values("r0")}, {"values": values("drop-r1")},
             {"values": values("r2"), "arm": True}]
-    first = run_driver("kafka", {**setup, "rounds": run1},
+    first = run_driver("kafka", {**source_setup, "rounds": run1},
                        env=kill_env("coordinator.after_endtxn_n_minus_1", tmp_path / "arm"),
                        timeout_s=RUN_S)
     assert first.returncode == -signal.SIGKILL, (first.returncode, errors_of(first.stderr))
     done = check_rounds(first, 2)
     # The batch's offsets wait in their own open transaction: the group stays at the last batch.
-    assert committed(broker, setup["group"], done[-1]["ends"]) == done[-1]["ends"]
+    assert committed(broker, source_setup["group"], done[-1]["ends"]) == done[-1]["ends"]
 
     # Run 2: recovery rolls the killed batch forward and moves its offsets, its re-run writes
     # nothing, and two more rounds commit batch by batch, each checked as in run 1.
-    second = run_driver("kafka", {**setup, "rounds": [{"values": values("r3")},
+    second = run_driver("kafka", {**source_setup, "rounds": [{"values": values("r3")},
                                                       {"values": values("r4")}]},
                         timeout_s=RUN_S)
     assert second.returncode == 0, errors_of(second.stderr)
     rounds = check_rounds(second, 2)
     assert sum(o for _, _, o in rounds[-1]["ends"]) == 5 * PER_ROUND
     written = values("r0") + values("r2") + values("r3") + values("r4")
-    report = audit_topic(broker.config(), setup["topic"], written)
+    report = audit_topic(broker.config(), source_setup["topic"], written)
     assert report.passed, report.summary()
 
 
@@ -108,9 +96,9 @@ def test_offsets_follow_each_commit_through_a_driver_kill(
 @pytest.mark.parametrize("point", ["coordinator.before_intent", "coordinator.after_intent",
                                    "coordinator.after_endtxn_1", "coordinator.after_all_endtxn",
                                    "coordinator.after_committed_record"])
-def test_driver_killed_at_point(point: str, broker: KafkaUnderTest, setup: dict[str, Any],
+def test_driver_killed_at_point(point: str, broker: KafkaUnderTest, source_setup: dict[str, Any],
                                 tmp_path: Path) -> None:
-    first = run_driver("kafka", {**setup, "rounds": [{"values": values("a")},
+    first = run_driver("kafka", {**source_setup, "rounds": [{"values": values("a")},
                                                      {"values": values("b"), "arm": True}]},
                        env=kill_env(point, tmp_path / "arm"), timeout_s=RUN_S)
     assert first.returncode == -signal.SIGKILL, (first.returncode, errors_of(first.stderr))
@@ -118,18 +106,18 @@ def test_driver_killed_at_point(point: str, broker: KafkaUnderTest, setup: dict[
     # At every point the batch's offsets wait in their own transaction (they move only after the
     # batch is proven visible): the group stays at the last batch. Before the intent nothing is
     # decided: the restart's recovery aborts the batch, offsets too.
-    assert committed(broker, setup["group"], done["ends"]) == done["ends"]
-    restarted = run_driver("kafka", {**setup, "rounds": [{"values": values("c")}]},
+    assert committed(broker, source_setup["group"], done["ends"]) == done["ends"]
+    restarted = run_driver("kafka", {**source_setup, "rounds": [{"values": values("c")}]},
                            timeout_s=RUN_S)
     assert restarted.returncode == 0, errors_of(restarted.stderr)
     [last] = check_rounds(restarted, 1)
     assert sum(o for _, _, o in last["ends"]) == 3 * PER_ROUND
-    report = audit_topic(broker.config(), setup["topic"], values("a") + values("b") + values("c"))
+    report = audit_topic(broker.config(), source_setup["topic"], values("a") + values("b") + values("c"))
     assert report.passed, report.summary()
 
 
 @pytest.mark.slow
-def test_source_on_another_cluster(broker: KafkaUnderTest, setup: dict[str, Any]) -> None:
+def test_source_on_another_cluster(broker: KafkaUnderTest, source_setup: dict[str, Any]) -> None:
     """The offsets go to the cluster written to. Until that cluster has a topic of the source's
     name, it refuses them: the batch aborts whole through Spark's abort() (nothing visible, the
     group unchanged); with a placeholder topic there, the re-run commits records and offsets."""
@@ -137,8 +125,8 @@ def test_source_on_another_cluster(broker: KafkaUnderTest, setup: dict[str, Any]
 
     with LocalKafka() as other:
         source = KafkaUnderTest("source", other.bootstrap_servers, local=other)
-        name = source.create_topic(SOURCE_PARTITIONS, name=setup["source_topic"] + "-src")
-        cfg = {**setup, "source_bootstrap": other.bootstrap_servers, "source_topic": name}
+        name = source.create_topic(SOURCE_PARTITIONS, name=source_setup["source_topic"] + "-src")
+        cfg = {**source_setup, "source_bootstrap": other.bootstrap_servers, "source_topic": name}
         refused = run_driver("kafka", {**cfg, "rounds": [{"values": values("x")}]},
                              timeout_s=RUN_S)
         assert refused.returncode not in (0, -signal.SIGKILL), errors_of(refused.stderr)
@@ -146,13 +134,13 @@ def test_source_on_another_cluster(broker: KafkaUnderTest, setup: dict[str, Any]
         assert "UNKNOWN_TOPIC_OR_PARTITION" in refused.stderr
         assert rounds_of(refused.stdout) == []
         ends = [[name, p, 0] for p in range(SOURCE_PARTITIONS)]
-        assert committed(broker, setup["group"], ends) == [[name, p, -1] for p in range(3)]
-        assert audit_topic(broker.config(), setup["topic"], []).passed  # nothing visible
+        assert committed(broker, source_setup["group"], ends) == [[name, p, -1] for p in range(3)]
+        assert audit_topic(broker.config(), source_setup["topic"], []).passed  # nothing visible
 
         broker.create_topic(SOURCE_PARTITIONS, name=name)  # an empty placeholder on the target
         again = run_driver("kafka", {**cfg, "rounds": [{"values": values("y")}]}, timeout_s=RUN_S)
         assert again.returncode == 0, errors_of(again.stderr)
         [last] = check_rounds(again, 1)
         assert sum(o for _, _, o in last["ends"]) == 2 * PER_ROUND
-    report = audit_topic(broker.config(), setup["topic"], values("x") + values("y"))
+    report = audit_topic(broker.config(), source_setup["topic"], values("x") + values("y"))
     assert report.passed, report.summary()
