@@ -65,7 +65,9 @@ def process_state() -> dict[str, Any]:
 
 def in_commit_runner() -> bool:
     """True when PySpark builds the stream writer only to call commit()/abort() on it (its worker
-    python_streaming_sink_runner.py is on the stack; the same test as twopc/spark/source.py's)."""
+    python_streaming_sink_runner.py is on the stack; the same test as twopc/spark/source.py's).
+    Repeated here, not imported from there: the py-noop sink calls it too, and importing twopc in
+    its workers would count twopc's imports as any Python sink's (bench_cold_start.py)."""
     frame = sys._getframe(1)
     while frame is not None:
         if frame.f_code.co_filename.endswith(_COMMIT_RUNNER):
