@@ -13,12 +13,14 @@ Without --bootstrap-servers it starts its own single broker (twopc.broker) and s
   (`write_partition`, N Spark partitions of a few records over an 8-partition topic), then times
   `Coordinator.commit(batch, results)` (the writer's dropped producers garbage-collected first, as
   they live in executors on Spark) on a local checkpoint log: every step of docs/design.md section
-  2's driver (the guard's DescribeTransactions, the fsynced intent, EndTxn, ListTransactions for
-  losing attempts, the `committed` record, the check that the commit markers landed, the purge),
+  2's driver (the guard's DescribeTransactions, the fsynced intent, EndTxn, the sweep for losing
+  attempts: the batch pool described, or the whole pool listed once a minute and at the first
+  round, the `committed` record, the check that the commit markers landed, the purge),
   with the time of each step (`phases_ms`, p50 over rounds) and the driver process's CPU time
   (`cpu_ms_p50`, each commit's in `cpu_runs_ms`: what a loaded machine disturbs least; the
   calling thread's alone in `main_thread_cpu_ms_p50`, the rest is the control client's). The
   committed records are audited.
+`--fill-ids N` first makes the brokers know N more transactional ids (a cluster's history).
 Reports p50/p99; results go to benchmarks/results/endtxn.json.
 """
 
@@ -98,6 +100,20 @@ def broker_state(bootstrap: str) -> dict[str, float]:
             client.list_transactions("bench-none-", states=[TxnState.ONGOING])
             times.append((time.perf_counter() - started) * 1000)
     return {"transactional_ids": known, "list_by_prefix_ms": round(statistics.median(times), 2)}
+
+
+def fill_ids(bootstrap: str, count: int) -> None:
+    """Make the brokers know `count` more transactional ids (`bench-fill-<random>-<i>`, each
+    initialised once and left Empty), as a cluster that has served many applications does:
+    what the orphan sweep's cost depended on before issue 34 item 3 (a ListTransactions scans
+    them all). Ids stay known for the brokers' transactional.id.expiration.ms."""
+    tag = uuid.uuid4().hex[:6]
+    with ControlClient({"bootstrap.servers": bootstrap}) as client:
+        for first in range(0, count, 2000):
+            ids = [f"bench-fill-{tag}-{i}" for i in range(first, min(count, first + 2000))]
+            failed = [t for t, r in client.fence(ids).items() if not r.fenced]
+            if failed:
+                raise SystemExit(f"could not initialise {len(failed)} filler ids: {failed[:3]}")
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -346,6 +362,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="the cost curve (issue 34 item 2): for each N, librdkafka's commit of N "
                          "and the coordinator's commit() of N, in this one run; writes "
                          "<name>.json and <name>.png (implies --skip-endtxn-only)")
+    ap.add_argument("--fill-ids", type=int, default=0, metavar="N",
+                    help="first make the brokers know N more transactional ids (a cluster's "
+                         "history: what a ListTransactions scans)")
     ap.add_argument("--name", default="endtxn", help="results file name (without .json)")
     ap.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
     args = ap.parse_args(argv)
@@ -360,8 +379,10 @@ def main(argv: list[str] | None = None) -> int:
         return report
 
     def measure(bootstrap: str) -> dict[str, Any]:
-        # What the broker holds matters (issue 34 item 3): the commit's sweep for orphans
-        # (ListTransactions by prefix) scans every transactional id the brokers know.
+        # What the broker holds mattered (issue 34 item 3): a ListTransactions, the commit's
+        # sweep for orphans before it described its batch's pool, scans every id the brokers know.
+        if args.fill_ids:
+            fill_ids(bootstrap, args.fill_ids)
         before = broker_state(bootstrap)
         print(f"broker before the run: {before}", flush=True)
         if args.curve is None:

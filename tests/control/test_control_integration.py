@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -237,6 +238,30 @@ def test_describe_matches_the_producer_and_list_finds_by_prefix(
         assert unknown.state is TxnState.UNKNOWN_ID
     finally:
         client.fence([t.transactional_id for t in [*mine, other]])
+
+
+@pytest.mark.all_variants
+def test_open_among_names_only_the_ongoing_ids_of_a_large_set(
+        broker: KafkaUnderTest, make_topic: Callable[..., str], client: ControlClient) -> None:
+    """The commit's orphan sweep asks it for a batch's whole pool (docs/design.md section 2, step
+    4): hundreds of ids, most of them unknown to the coordinator, some ended, a few open. Every
+    open one is named (with its partitions in the answer: the decoder's slow path), nothing else,
+    in the order asked, and it agrees with describe_transactions id by id."""
+    topic = make_topic(partitions=2)
+    tag = uuid.uuid4().hex[:8]
+    opened = [open_txn(broker.bootstrap_servers, topic, tid=f"among-{tag}-{i}") for i in (3, 250)]
+    ended = open_txn(broker.bootstrap_servers, topic, tid=f"among-{tag}-7")
+    assert end(client, ended, commit=True) is OutcomeKind.COMMITTED
+    try:
+        ids = [f"among-{tag}-{i}" for i in range(513)]
+        assert client.start_open_among(ids).result() == [t.transactional_id for t in opened]
+        described = client.describe_transactions(ids)
+        assert [t for t in ids if described[t].state is TxnState.ONGOING] == [
+            t.transactional_id for t in opened]
+        assert described[ended.transactional_id].state is not TxnState.ONGOING
+        assert described[ids[0]].state is TxnState.UNKNOWN_ID
+    finally:
+        client.fence([t.transactional_id for t in opened])
 
 
 def test_unknown_id_and_changed_producer_id_are_typed(

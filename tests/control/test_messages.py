@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from twopc.control import messages as m
 from twopc.control import partition_messages as pm
 from twopc.control import txn_messages as tm
-from twopc.control.errors import UnsupportedBrokerError
+from twopc.control.errors import ProtocolError, UnsupportedBrokerError
 from twopc.control.messages import ApiKey
 from twopc.control.protocol import Reader, Writer
 
@@ -80,6 +80,38 @@ def test_describe_transactions_decoding() -> None:
     assert (e.transactional_id, e.state, e.producer_id, e.producer_epoch) == ("tx", "Ongoing", 7, 2)
     assert (e.timeout_ms, e.start_ms) == (60000, 1234)
     assert e.partitions == (("a", 0), ("a", 3), ("b", 1))
+
+
+_names = st.text(min_size=0, max_size=200)  # past 126 bytes a compact length takes two
+_entries = st.lists(st.tuples(
+    st.sampled_from([0, 105]), _names, st.sampled_from(["", "Ongoing", "CompleteCommit"]),
+    st.lists(st.tuples(_names, st.lists(st.integers(0, 2**31 - 1), max_size=3)), max_size=3),
+    st.dictionaries(st.integers(0, 5), st.binary(max_size=4), max_size=2)), max_size=20)
+
+
+@given(_entries)
+def test_describe_transactions_decoding_of_any_entries(entries: list[tuple[
+        int, str, str, list[tuple[str, list[int]]], dict[int, bytes]]]) -> None:
+    """A pool's answer is decoded on the commit path with fast paths (a one-byte string length,
+    no partitions and no tagged fields): every other shape takes the general one, same result."""
+    def topic(w: Writer, t: tuple[str, list[int]]) -> None:
+        w.string(t[0]).array(t[1], Writer.int32).tags()
+
+    def entry(w: Writer, e: tuple[int, str, str, list[tuple[str, list[int]]],
+                                  dict[int, bytes]]) -> None:
+        error, tid, state, topics, tags = e
+        (w.int16(error).string(tid).string(state).int32(9).int64(8).int64(7).int16(6)
+         .array(topics, topic).tags(tags))
+
+    raw = Writer(True).int32(0).array(entries, entry).tags().getvalue()
+    got = tm.decode_describe_transactions(0, Reader(raw, True))
+    assert [(g.error_code, g.transactional_id, g.state, g.partitions) for g in got] == [
+        (error, tid, state, tuple(sorted((name, p) for name, ps in topics for p in ps)))
+        for error, tid, state, topics, _ in entries]
+    assert all((g.timeout_ms, g.start_ms, g.producer_id, g.producer_epoch) == (9, 8, 7, 6)
+               for g in got)
+    with pytest.raises(ProtocolError):  # cut short anywhere: an error, never a wrong answer
+        tm.decode_describe_transactions(0, Reader(raw[:-1], True))
 
 
 @pytest.mark.parametrize("version", [0, 1, 2])

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +67,12 @@ class FakeControl:
             hook, self.on_list = self.on_list, None
             hook()
         return listed
+
+    def start_list_transactions(self, prefix: str, states: Any = None
+                                ) -> Future[list[TransactionListing]]:
+        answer: Future[list[TransactionListing]] = Future()
+        answer.set_result(self.list_transactions(prefix, states))
+        return answer
 
     def describe_transactions(self, ids: Sequence[str]) -> dict:
         return {}

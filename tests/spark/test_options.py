@@ -92,6 +92,8 @@ def test_repair_policy_reaches_the_driver_settings() -> None:
         ({"twopc.metricsPort": "-1"}, None, "at least 0"),
         ({"twopc.metricsPort": "http"}, None, "must be an integer"),
         ({"twopc.metricPort": "9478"}, None, "did you mean twopc.metricsPort"),
+        ({"twopc.fullSweepIntervalMs": "-1"}, None, "twopc.fullSweepIntervalMs.*at least 0"),
+        ({"twopc.fullSweepIntervalMs": "1m"}, None, "twopc.fullSweepIntervalMs.*must be an integer"),
     ],
 )
 def test_bad_options_name_the_problem(extra: dict[str, str], drop: str | None, needle: str) -> None:
@@ -124,6 +126,21 @@ def test_slots_per_partition(slots: int) -> None:
     # Which slot a task takes: pool.choose_slot (tests/protocol/test_decisions.py).
     config = parse_options({**BASE, "twopc.slotsPerPartition": str(slots)}, streaming=True)
     assert config.slots == slots
+
+
+def test_the_sweep_settings_reach_the_driver() -> None:
+    """The driver describes the pool the tasks write with: their slots, and the interval of the
+    whole pool's listing (docs/design.md section 2, step 4)."""
+    from twopc.protocol.owner import Owner
+    from twopc.spark.reuse import _settings
+
+    default = _settings(parse_options(lower(BASE), streaming=True), Owner.jobs("orders"))
+    assert (default.slots, default.full_sweep_interval_ms) == (8, 60_000)
+    config = parse_options(lower({**BASE, "twopc.slotsPerPartition": "3",
+                                  "twopc.fullSweepIntervalMs": "0",
+                                  "twopc.commitMarginMs": "1000"}), streaming=True)
+    settings = _settings(config, Owner.jobs("orders"))
+    assert (settings.slots, settings.full_sweep_interval_ms, settings.margin_ms) == (3, 0, 1000)
 
 
 HEADERS = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))

@@ -203,6 +203,12 @@ class ControlClient:
         a caller may start it before it knows it needs the answer)."""
         return self._start(tx.describe_transactions(self._cluster, list(dict.fromkeys(ids))))
 
+    def start_open_among(self, ids: Sequence[str]) -> Future[list[str]]:
+        """The ids among `ids` whose transaction is open (Ongoing), asked now (DescribeTransactions,
+        answered through the returned future): for a batch pool's hundreds of ids, cheaper than
+        `describe_transactions` by the descriptions it does not build."""
+        return self._start(tx.open_among(self._cluster, list(dict.fromkeys(ids))))
+
     def list_transactions(self, prefix: str | None = None, states: Sequence[TxnState] = (),
                           producer_ids: Sequence[int] = ()) -> list[TransactionListing]:
         """Transactions known to every coordinator, optionally those whose id starts with `prefix`,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import struct
 import uuid
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from twopc.control.errors import ProtocolError
 
@@ -189,6 +189,15 @@ class Reader:
     def _fixed(self, fmt: struct.Struct) -> int:
         return int(fmt.unpack_from(self._data, self._advance(fmt.size))[0])
 
+    def fields(self, fmt: struct.Struct) -> tuple[Any, ...]:
+        """Consecutive fixed-width values at once (a DescribeTransactions answer of a batch's
+        pool has thousands of entries, decoded on the driver's commit path)."""
+        return fmt.unpack_from(self._data, self._advance(fmt.size))
+
+    def peek(self, n: int) -> bytes:
+        """The next `n` bytes (fewer at the end), without moving past them."""
+        return bytes(self._data[self.pos:self.pos + n])
+
     def raw(self, n: int) -> bytes:
         return bytes(self._take(n))
 
@@ -260,6 +269,22 @@ class Reader:
         return None if n < 0 else n
 
     def nullable_string(self) -> str | None:
+        data, pos = self._data, self.pos
+        if self.flexible and pos < len(data) and not data[pos] & 0x80:
+            # A length below 127 in one byte, read in place: the usual case, and a pool's
+            # DescribeTransactions answer on the commit path holds two strings per id.
+            end = pos + data[pos]
+            if end == pos:
+                self.pos = pos + 1
+                return None
+            if end > len(data):
+                raise ProtocolError(f"truncated data: wanted {end - pos - 1} bytes at "
+                                    f"{pos + 1}, have {len(data) - pos - 1}")
+            self.pos = end
+            try:
+                return str(data[pos + 1:end], "utf-8")
+            except UnicodeDecodeError as exc:
+                raise ProtocolError(f"string is not UTF-8: {exc}") from exc
         n = self._length()
         if n is None:
             return None
@@ -303,6 +328,10 @@ class Reader:
     def tags(self) -> dict[int, bytes]:
         """Reads a tagged-field section (flexible versions only); unknown tags are kept raw."""
         if not self.flexible:
+            return {}
+        pos = self.pos
+        if pos < len(self._data) and self._data[pos] == 0:  # none: the usual case
+            self.pos = pos + 1
             return {}
         out: dict[int, bytes] = {}
         for _ in range(self.uvarint()):

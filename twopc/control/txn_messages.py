@@ -7,6 +7,7 @@ Design: docs/design.md section 3.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -124,6 +125,10 @@ def encode_describe_transactions(version: int, ids: Sequence[str]) -> bytes:
     return Writer(True).array(list(ids), Writer.string).tags().getvalue()
 
 
+# An entry's timeout (int32), start time (int64), producer id (int64) and epoch (int16).
+_ENTRY_FIXED = struct.Struct(">iqqh")
+
+
 def decode_describe_transactions(version: int, r: Reader) -> list[TxnStateEntry]:
     r.int32()
 
@@ -135,9 +140,14 @@ def decode_describe_transactions(version: int, r: Reader) -> list[TxnStateEntry]
 
     def entry(e: Reader) -> TxnStateEntry:
         error, tid, state = e.int16(), e.string(), e.string()
-        timeout, start, pid, epoch = e.int32(), e.int64(), e.int64(), e.int16()
-        parts = tuple(sorted(tp for t in e.array(topic) for tp in t))
-        expect_end(e)
+        timeout, start, pid, epoch = e.fields(_ENTRY_FIXED)
+        if e.flexible and e.peek(2) == b"\x01\x00":
+            # No partitions and no tagged fields: most of a batch pool's ids (commit path).
+            e.raw(2)
+            parts: tuple[tuple[str, int], ...] = ()
+        else:
+            parts = tuple(sorted(tp for t in e.array(topic) for tp in t))
+            expect_end(e)
         return TxnStateEntry(error, tid, state, timeout, start, pid, epoch, parts)
 
     out = r.array(entry)

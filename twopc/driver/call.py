@@ -38,7 +38,6 @@ from twopc.control import (
     EndTxnRequest,
     FenceResult,
     ReleaseResult,
-    TransactionListing,
     TxnState,
 )
 from twopc.crashpoints import crash_point
@@ -73,9 +72,15 @@ from twopc.protocol.log_records import (
     Released,
     RollForward,
 )
-from twopc.protocol.offsets import SourceOffsets, SourceOffsetsError, own_transaction
+from twopc.protocol.offsets import SourceOffsets, SourceOffsetsError, alone_id, own_transaction
 from twopc.protocol.owner import Owner, OwnerKind
 from twopc.protocol.plans import OffsetsPlan, plan_offsets, plan_purge, unnamed_open
+from twopc.protocol.pool import (
+    DEFAULT_FULL_SWEEP_INTERVAL_MS,
+    DEFAULT_SLOTS,
+    batch_pool,
+    full_sweep_due,
+)
 from twopc.protocol.state import BatchState, BatchStatus, LogState
 
 log = logging.getLogger("twopc.driver")
@@ -89,6 +94,10 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
 @dataclass(frozen=True)
 class DriverSettings:
     """What every driver call of one owner needs besides the log and the control client."""
@@ -99,6 +108,9 @@ class DriverSettings:
     retain_batches: int = 10  # finished batches the purge keeps whole
     stranded_wait_ms: int = 5000  # the stranded check's bounded wait
     repair: RepairSettings = field(default_factory=RepairSettings)  # copy-forward (copies.py)
+    slots: int = DEFAULT_SLOTS  # the tasks' twopc.slotsPerPartition: the batch pool a commit describes
+    full_sweep_interval_ms: int = DEFAULT_FULL_SWEEP_INTERVAL_MS  # pool.full_sweep_due
+    sweep_clock_ms: Callable[[], int] = monotonic_ms  # an interval in this process: not wall time
     clock_ms: Callable[[], int] = wall_clock_ms
 
 
@@ -126,6 +138,10 @@ def named_ids(record: LogRecord) -> tuple[str, ...]:
 # proved committed from the log (`DriverCall._first_looks`). Lost on a restart, which is the point:
 # the first check after one proves the newest batch again.
 _first_look_done: Memo[tuple[str, str, str, int | None], bool] = Memo(1024)
+
+# When this process last listed each owner's whole pool, by `sweep_clock_ms` (log, owner id):
+# `pool.full_sweep_due` decides from it. Lost on a restart: a new process lists first.
+_full_sweeps: Memo[tuple[str, str], int] = Memo(1024)
 
 
 class DriverCall:
@@ -460,14 +476,37 @@ class DriverCall:
 
     # ---- reads ----------------------------------------------------------------------------
 
+    def start_open_ids(self, partitions: int | None = None) -> Callable[[], list[str]]:
+        """Ask the broker now which of the pool's ids are open (Ongoing), for a sweep; the
+        returned function waits for the answer. The whole pool is listed (ListTransactions) when
+        `pool.full_sweep_due` says so, always without `partitions`; otherwise only the ids a batch
+        of `partitions` Spark partitions may have written with, and the offsets id, are described:
+        a listing makes the broker scan every transactional id it knows, so its cost and the
+        delay of the EndTxns beside it grow with the cluster (docs/design.md section 2 step 5)."""
+        prefix, key = self.owner.prefix, (self.log.url, self.owner.owner_id)
+        now_ms = self.settings.sweep_clock_ms()
+        if full_sweep_due(partitions, self.settings.slots, _full_sweeps.get(key), now_ms,
+                          self.settings.full_sweep_interval_ms):
+            listing = self.control.start_list_transactions(prefix, states=[TxnState.ONGOING])
+
+            def listed() -> list[str]:
+                open_ids = [t.transactional_id for t in listing.result()]
+                _full_sweeps.put(key, now_ms)
+                return open_ids
+            return listed
+        assert partitions is not None  # else full_sweep_due is True
+        described = self.control.start_open_among(
+            [*batch_pool(prefix, partitions, self.settings.slots), alone_id(prefix)])
+        return described.result
+
     def open_orphans(self, ids: Collection[str],
-                     listed: Sequence[TransactionListing] | None = None) -> tuple[str, ...]:
+                     open_ids: Iterable[str] | None = None) -> tuple[str, ...]:
         """The pool's open ids that no pending intent names and `ids` (the batch's) do not: the
         losing attempts a `committed` record names (docs/design.md section 2, driver step 6).
-        `listed`: the pool's open transactions if already asked (else asked here)."""
-        open_ids = listed if listed is not None else self.control.list_transactions(
-            self.owner.prefix, states=[TxnState.ONGOING])
-        return unnamed_open(self.owner.prefix, (t.transactional_id for t in open_ids),
+        `open_ids`: `start_open_ids`' answer if already asked (else the whole pool, listed here)."""
+        if open_ids is None:
+            open_ids = self.start_open_ids()()
+        return unnamed_open(self.owner.prefix, open_ids,
                             protected=self.protected_ids() | set(ids))
 
     def protected_ids(self) -> frozenset[str]:

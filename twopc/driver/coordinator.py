@@ -24,7 +24,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 
 from checkpoint import Log
-from twopc.control import ControlClient, EndTxnOutcome, EndTxnRequest, TransactionDescription, TxnState
+from twopc.control import ControlClient, EndTxnOutcome, EndTxnRequest, TransactionDescription
 from twopc.crashpoints import crash_point
 from twopc.driver import observe
 from twopc.driver.call import DriverCall, DriverSettings
@@ -195,7 +195,8 @@ class Coordinator:
                 offsets = None  # the visible part carried them
             early = (described if plan.action is CommitAction.FRESH and recovery is None
                      else None)
-            report = self._commit_fresh(call, batch, plan.to_commit, offsets, early)
+            report = self._commit_fresh(call, batch, plan.to_commit, offsets, early,
+                                        partitions=_partitions_of(results))
             report.duplicates = dups
             report.recovery = recovery
             if plan.action is CommitAction.REPAIR:
@@ -307,14 +308,15 @@ class Coordinator:
 
     def _commit_fresh(self, call: DriverCall, batch: str, handles: Sequence[Handle],
                       offsets: SourceOffsets | None = None,
-                      described: Future[dict[str, TransactionDescription]] | None = None
-                      ) -> CommitReport:
+                      described: Future[dict[str, TransactionDescription]] | None = None,
+                      partitions: int | None = None) -> CommitReport:
         """Commit `handles` (docs/design.md section 2, steps 2-7); `described`: guard 3's
-        DescribeTransactions of these handles, if already sent."""
+        DescribeTransactions of these handles, if already sent; `partitions`: the batch's Spark
+        partitions, whose pool the orphan sweep may describe (else it lists the whole pool)."""
         if not handles and offsets is not None:
-            return self._commit_offsets_only(call, batch, offsets)
+            return self._commit_offsets_only(call, batch, offsets, partitions)
         if not handles:
-            return self._commit_empty(call, batch, None)
+            return self._commit_empty(call, batch, None, partitions=partitions)
         ids = [h.transactional_id for h in handles]
         opened: OpenOffsets | None = None
         if offsets is not None:
@@ -334,29 +336,29 @@ class Coordinator:
                 reason = "; ".join(f"{t}: {why}" for t, why in sorted(failed.items()))
                 call.fence_recorded(Aborted(batch, tuple(handles), reason[:2000], None))
                 raise GuardFailed(batch, failed)
-            return self._decide_and_end(call, batch, handles, offsets, opened)
+            return self._decide_and_end(call, batch, handles, offsets, opened, partitions)
 
     def _decide_and_end(self, call: DriverCall, batch: str, handles: Sequence[Handle],
-                        offsets: SourceOffsets | None, opened: OpenOffsets | None
-                        ) -> CommitReport:
+                        offsets: SourceOffsets | None, opened: OpenOffsets | None,
+                        partitions: int | None) -> CommitReport:
         """The intent, the EndTxns, the outcome, the markers' check, the offsets."""
         ids = [h.transactional_id for h in handles]
+        # The pool's open ids, for the `committed` record's orphans, asked while the intent is
+        # made durable and the EndTxns are in flight (decoding a pool's answer then costs the
+        # commit nothing; no round trip of its own): the intent's own ids are protected whatever
+        # state the answer shows them in, and any other open id is open before and after the
+        # intent and the EndTxns alike. (On the settling path its answer is unused.)
+        open_ids = call.start_open_ids(partitions)
         crash_point("coordinator.before_intent")
         intent_seq = call.append(Prepared(batch, tuple(handles), offsets))
         crash_point("coordinator.after_intent")
-        # The pool's open ids, for the `committed` record's orphans, asked while the
-        # EndTxns are in flight (one round trip less before commit() returns): the intent's own
-        # ids are protected whatever state the listing shows them in, and any other open id is
-        # open before and after the EndTxns alike. (On the settling path its answer is unused.)
-        listing = self.control.start_list_transactions(self.owner.prefix,
-                                                       states=[TxnState.ONGOING])
         answers = _end_in_order(call, handles)
         fates = {txn_key(h): fate_of_end_txn(answers.get(h.transactional_id)) for h in handles}
         if any(v.fate is not Fate.COMMITTED for v in fates.values()):
             # Some EndTxn answers prove nothing: the log check decides, exactly as in recovery.
             return self._settle_after_end(call, batch, {
                 k: v for k, v in fates.items() if v.fate is not Fate.UNDECIDED}, opened)
-        orphans = call.open_orphans(ids, listing.result())
+        orphans = call.open_orphans(ids, open_ids())
         seq = call.append(Committed(batch, intent_seq, orphans))
         crash_point("coordinator.after_committed_record")
         call.remember_job(batch, seq)
@@ -380,8 +382,8 @@ class Coordinator:
                 call.fence_recorded(Aborted(batch, tuple(handles), exc.reason[:2000], None))
             raise
 
-    def _commit_offsets_only(self, call: DriverCall, batch: str,
-                             offsets: SourceOffsets) -> CommitReport:
+    def _commit_offsets_only(self, call: DriverCall, batch: str, offsets: SourceOffsets,
+                             partitions: int | None) -> CommitReport:
         """A batch that wrote no record still moves the group's offsets: an intent that names
         them and the id of their own transaction (`alone_id`; never a plain OffsetCommit:
         source_offsets.py `commit_alone` says why), the outcome, then the offsets, as for any
@@ -391,14 +393,15 @@ class Coordinator:
         with _abandoned_on_error(call, opened):
             intent_seq = call.append(Prepared(batch, (), carried))
             crash_point("coordinator.after_intent")
-            return self._commit_empty(call, batch, intent_seq, opened)
+            return self._commit_empty(call, batch, intent_seq, opened, partitions)
 
     def _commit_empty(self, call: DriverCall, batch: str, intent_seq: int | None,
-                      opened: OpenOffsets | None = None) -> CommitReport:
+                      opened: OpenOffsets | None = None,
+                      partitions: int | None = None) -> CommitReport:
         """The outcome of a batch with no transaction to commit. Attempts that lost may still
         have written: the record names the pool's open unnamed ids and they are fenced, as after
         a commit of transactions."""
-        orphans = call.open_orphans(())
+        orphans = call.open_orphans((), call.start_open_ids(partitions)())
         seq = call.append(Committed(batch, intent_seq, orphans))
         crash_point("coordinator.after_committed_record")
         call.remember_job(batch, seq)
@@ -528,6 +531,14 @@ def _fence_orphans(call: DriverCall, batch: str, orphans: Sequence[str],
         call.purge()
     if failed:
         raise FenceFailed(batch, failed, f"batch {batch} is committed (nothing of it is lost)")
+
+
+def _partitions_of(results: Sequence[WriteResult | None]) -> int | None:
+    """The batch's Spark partitions: one result per partition, a missing one None. None without
+    any result: nothing says which ids its tasks took, so the sweep lists the whole pool."""
+    if not results:
+        return None
+    return max([len(results), *(r.task_partition + 1 for r in results if r is not None)])
 
 
 def _handles_of(batch: str, results: Sequence[WriteResult | None],

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 
-from twopc.control import ControlClient, EndTxnOutcome, EndTxnRequest, TxnState
+from twopc.control import ControlClient, EndTxnOutcome, EndTxnRequest
 from twopc.crashpoints import crash_point
 from twopc.driver.call import DriverCall
 from twopc.driver.recovery_report import BatchReport, HandleReport, RecoveryReport
@@ -93,11 +93,11 @@ def settle(call: DriverCall, batches: Sequence[BatchState], *, sweep: bool,
     rolled = (*(h.transactional_id for h in roll), *(str(o.carrier) for o in alone.values()))
     orphans: tuple[str, ...] = ()
     if sweep:
-        listed = control.list_transactions(prefix, states=[TxnState.ONGOING])
+        listed = call.start_open_ids()()  # the whole pool: any partition and slot
         # Never an open transaction this settling may still commit: those rolled forward, the
         # carriers held back until pass 2 decides them, and held ids (a held id's open
         # transaction may be our release, cut short: call.py).
-        orphans = unnamed_open(prefix, (t.transactional_id for t in listed),
+        orphans = unnamed_open(prefix, listed,
                                protected=set(rolled)
                                | {h.transactional_id for h in held_carriers}
                                | set(call.state.stranded))

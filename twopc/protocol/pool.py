@@ -13,6 +13,14 @@ from __future__ import annotations
 import re
 from collections.abc import Collection
 
+# Ids per Spark partition: concurrent attempts of one partition (speculation, retries) each need
+# one, and the broker keeps state for each (docs/design.md section 5).
+DEFAULT_SLOTS = 8
+# How often at most a commit lists the whole pool rather than describing its batch's own ids
+# (`full_sweep_due`): the longest an open id outside every recent batch's pool stays unfenced
+# while the query runs.
+DEFAULT_FULL_SWEEP_INTERVAL_MS = 60_000
+
 
 def transactional_id(prefix: str, task_partition: int, slot: int) -> str:
     """`{prefix}-{p}-{slot}`: bounded (broker memory), and concurrent attempts never share one."""
@@ -33,3 +41,31 @@ def choose_slot(prefix: str, task_partition: int, attempt: int, slots: int,
     attempts of one partition never fence each other). None: no slot is free."""
     free = [s for s in range(slots) if transactional_id(prefix, task_partition, s) not in in_use]
     return free[attempt % len(free)] if free else None
+
+
+# Beyond this many ids, describing a batch's pool costs more than a listing on most clusters
+# (~4 us per id to decode the answer, a listing ~0.3 us per id the broker knows: benchmarks/README.md
+# section 5), so the commit lists instead.
+MAX_DESCRIBED_IDS = 2048
+
+
+def batch_pool(prefix: str, partitions: int, slots: int) -> list[str]:
+    """Every id a task of a batch of `partitions` Spark partitions may write with: its losing
+    attempts (speculative copies, failed attempts) are among them."""
+    return [transactional_id(prefix, p, s) for p in range(partitions) for s in range(slots)]
+
+
+def full_sweep_due(partitions: int | None, slots: int, last_listed_ms: int | None, now_ms: int,
+                   interval_ms: int) -> bool:
+    """Must this sweep list the whole pool (ListTransactions) rather than describe the batch's
+    own ids (DescribeTransactions)? The broker answers a listing by scanning every transactional
+    id it knows, so a listing's cost grows with the cluster, a description's with the batch.
+
+    Yes when the batch's pool is unknown (`partitions` None) or too large to describe, and when
+    this process has not listed it yet or its last listing is `interval_ms` old: an open id
+    outside the batch's pool (a zombie of an earlier batch with more partitions, a slot beyond a
+    lowered `slots`) is then fenced within the interval, not only at its own timeout or the next
+    restart's recovery."""
+    if partitions is None or partitions * slots > MAX_DESCRIBED_IDS or last_listed_ms is None:
+        return True
+    return not 0 <= now_ms - last_listed_ms < interval_ms  # also a clock set back: list now

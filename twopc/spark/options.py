@@ -19,6 +19,7 @@ from typing import Any
 from checkpoint.redact import redacted_repr
 from twopc.protocol.clock import DEFAULT_MARGIN_MS
 from twopc.protocol.copies import RepairPolicy, parse_policy
+from twopc.protocol.pool import DEFAULT_FULL_SWEEP_INTERVAL_MS, DEFAULT_SLOTS
 from twopc.spark.errors import OptionError
 from twopc.spark.jvm_options import librdkafka_settings
 
@@ -30,6 +31,7 @@ PREFIX = "twopc.transactionalIdPrefix"
 TIMEOUT = "twopc.transactionTimeoutMs"
 JOB_ID = "twopc.jobId"
 SLOTS = "twopc.slotsPerPartition"
+FULL_SWEEP = "twopc.fullSweepIntervalMs"
 MARGIN = "twopc.commitMarginMs"
 BUDGET = "twopc.taskBudgetMs"
 STORAGE_OPTIONS = "twopc.storageOptions"
@@ -50,7 +52,6 @@ SPARK_CHECKPOINT = "checkpointLocation"
 _SPARK_OWNED = ("path",)
 
 DEFAULT_TIMEOUT_MS = 60_000
-DEFAULT_SLOTS = 8
 # How long a batch job's claim on its family's log lasts unless renewed (twopc/driver/lease.py).
 DEFAULT_JOB_LEASE_MS = 30 * 60_000
 # librdkafka refuses a transaction.timeout.ms below 1000; above a signed 32-bit int it would
@@ -80,8 +81,8 @@ _FORBIDDEN_KAFKA = {
 _KNOWN = {
     name.lower(): name
     for name in (
-        CHECKPOINT, PREFIX, TIMEOUT, JOB_ID, SLOTS, MARGIN, BUDGET, STORAGE_OPTIONS, UNCONDITIONAL,
-        RATE_LIMITED, SOURCE_OFFSETS, REPAIR, OAUTH_TOKEN_PROVIDER, METRICS_PORT, JOB_LEASE,
+        CHECKPOINT, PREFIX, TIMEOUT, JOB_ID, SLOTS, FULL_SWEEP, MARGIN, BUDGET, STORAGE_OPTIONS,
+        UNCONDITIONAL, RATE_LIMITED, SOURCE_OFFSETS, REPAIR, OAUTH_TOKEN_PROVIDER, METRICS_PORT, JOB_LEASE,
         TRIGGER, TOPIC,
         SPARK_CHECKPOINT,
     )
@@ -99,6 +100,8 @@ class SinkConfig:
     storage_options: dict[str, Any] = field(default_factory=dict)
     transaction_timeout_ms: int = DEFAULT_TIMEOUT_MS
     slots: int = DEFAULT_SLOTS
+    # How often at most a commit lists the whole pool instead of describing its batch's ids.
+    full_sweep_interval_ms: int = DEFAULT_FULL_SWEEP_INTERVAL_MS
     job_id: str | None = None
     margin_ms: int | None = None
     budget_ms: int | None = None
@@ -344,6 +347,8 @@ def parse_options(options: Mapping[str, Any], *, streaming: bool) -> SinkConfig:
     assert timeout is not None
     slots = _int(lowered, SLOTS, DEFAULT_SLOTS, 2, MAX_SLOTS)
     assert slots is not None
+    full_sweep = _int(lowered, FULL_SWEEP, DEFAULT_FULL_SWEEP_INTERVAL_MS, 0, MAX_TIMEOUT_MS)
+    assert full_sweep is not None
     margin = _int(lowered, MARGIN, None, 0, MAX_TIMEOUT_MS)
     budget = _int(lowered, BUDGET, None, 1, MAX_TIMEOUT_MS)
     _check_timing(timeout, margin, budget)
@@ -357,6 +362,7 @@ def parse_options(options: Mapping[str, Any], *, streaming: bool) -> SinkConfig:
         storage_options=_storage_options(lowered),
         transaction_timeout_ms=timeout,
         slots=slots,
+        full_sweep_interval_ms=full_sweep,
         job_id=None if job_id is None else _check_job_id(str(job_id).strip()),
         margin_ms=margin,
         budget_ms=budget,

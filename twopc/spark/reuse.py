@@ -20,7 +20,7 @@ import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -124,9 +124,9 @@ def _settings(config: SinkConfig, owner: Owner) -> DriverSettings:
     # Copy-forward's transactions are the sink's: its producer settings and timeout.
     repair = RepairSettings(config.repair_policy, dict(config.producer_config),
                             config.transaction_timeout_ms)
-    if config.margin_ms is None:
-        return DriverSettings(owner, repair=repair)
-    return DriverSettings(owner, margin_ms=config.margin_ms, repair=repair)
+    settings = DriverSettings(owner, repair=repair, slots=config.slots,
+                              full_sweep_interval_ms=config.full_sweep_interval_ms)
+    return settings if config.margin_ms is None else replace(settings, margin_ms=config.margin_ms)
 
 
 @contextmanager
