@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shutil
 import sys
 import tempfile
 import time
@@ -118,7 +119,8 @@ def run(bootstrap: str, n: int, records: int, partitions: int) -> dict[str, Any]
     out: dict[str, Any] = {"transactions": n, "records": n * records}
     for mode in ("copy", "rerun"):
         prefix = f"c{uuid.uuid4().hex[:8]}"
-        log_url = str(Path(tempfile.mkdtemp(prefix="twopc-bench-copy-")) / "log")
+        scratch = Path(tempfile.mkdtemp(prefix="twopc-bench-copy-"))
+        log_url = str(scratch / "log")
         driver = Driver(bootstrap, log_url, prefix, mode)
         try:
             aborted_batch(bootstrap, log_url, prefix, topic, "0", n, records, partitions, driver)
@@ -142,6 +144,7 @@ def run(bootstrap: str, n: int, records: int, partitions: int) -> dict[str, Any]
                   f"({n * records / seconds:,.0f} records/s)", flush=True)
         finally:
             driver.control.close()
+            shutil.rmtree(scratch, ignore_errors=True)
     return out
 
 

@@ -255,6 +255,11 @@ class LocalKafka:
                 self.spec.abort_sweep_ms
             ),
             "delete.topic.enable": "true",
+            # The log cleaner allocates its dedupe buffer at start (Kafka's default: 128 MiB, one
+            # array); under a small -Xmx that allocation alone ran the broker out of heap
+            # (OutOfMemoryError in SkimpyOffsetMap, CI of 2026-11-27). The compacted topics of a
+            # test broker are tiny: a sixteenth of the heap is plenty.
+            "log.cleaner.dedupe.buffer.size": str(_dedupe_buffer_bytes(self.spec.heap_mb)),
         }
         listeners: list[str] = []
         protocols = {"CONTROLLER": "PLAINTEXT", "PLAINTEXT": "PLAINTEXT"}
@@ -381,3 +386,8 @@ def _random_cluster_id() -> str:
 def java_version() -> str:
     proc = subprocess.run(["java", "-version"], capture_output=True, text=True, check=False)
     return (proc.stderr or proc.stdout).splitlines()[0] if proc.returncode == 0 else "unknown"
+
+
+def _dedupe_buffer_bytes(heap_mb: int) -> int:
+    return max(4, heap_mb // 16) * 1024 * 1024
+

@@ -78,8 +78,13 @@ class Node:
             )
 
     def launch(self, classpath: str, heap_mb: int) -> None:
+        # Native libraries (lz4, snappy, zstd) are unpacked into java.io.tmpdir at each start and
+        # only removed at a clean exit: a broker killed by a test left them in /tmp for good.
+        tmp = self.data_dir / "tmp"
+        tmp.mkdir(parents=True, exist_ok=True)
         cmd = [
             "java",
+            f"-Djava.io.tmpdir={tmp}",
             f"-Xmx{heap_mb}m",
             f"-Xms{min(heap_mb, 128)}m",
             "-XX:+UseG1GC",
