@@ -31,6 +31,7 @@ from twopc.protocol.holds import (
     HoldProof,
     committed_handles,
     hold_changes,
+    marker_window_s,
     proof_of,
     stuck_spans,
     to_check,
@@ -318,6 +319,7 @@ class _FirstLookDoor:
         self.waited = 0
         # Answers from the first wait for stability on (markers that were on their way).
         self.after_wait: dict[tuple[str, int, int], LogCheckResult] = {}
+        self.windows: list[float] = []  # each wait_stable's `within_s`
         self.control = self
 
     @property
@@ -331,6 +333,7 @@ class _FirstLookDoor:
 
     def wait_stable(self, past: dict[tuple[str, int], int], within_s: float) -> dict[tuple[str, int], int]:
         self.waited += 1
+        self.windows.append(within_s)
         self.answers.update(self.after_wait)
         return {tp: first + 100 for tp, first in past.items()}
 
@@ -386,6 +389,27 @@ def test_a_first_look_is_not_asked_for_without_prove() -> None:
     report = release_stranded_commits(cast(Any, door), list(state.batches.values()), wait_ms=1000,
                                       grace_ms=100)
     assert door.asked == 0 and report.looked == () and door.appended == []
+
+
+@pytest.mark.parametrize(("patient", "ending"), [(("2",), 300), (None, 304), (("1",), 4)])
+def test_the_marker_window_grows_with_the_transactions_whose_markers_are_on_their_way(
+        patient: tuple[str, ...] | None, ending: int) -> None:
+    """The ListOffsets-only wait before judging lasts longer for a commit of more transactions
+    (their markers take the broker longer to write): counted over the batches the check is
+    patient for (a commit's own), or over every batch checked when it is patient for all."""
+    def handle(batch: int, i: int) -> Handle:
+        return Handle(f"q-{i}-0", PID + i, EPOCH, (PartitionSpan("t", i % 8, 5 + batch, 5, 1),),
+                      1, "c", 0, 60000, i, 0, 0)
+
+    state = fold([(0, Prepared("1", tuple(handle(1, i) for i in range(4)))),
+                  (1, Committed("1", 0, ())),
+                  (2, Prepared("2", tuple(handle(2, i) for i in range(300)))),
+                  (3, Committed("2", 2, ()))])
+    door = _FirstLookDoor(state, {})
+    release_stranded_commits(cast(Any, door), list(state.batches.values()), wait_ms=5000,
+                             grace_ms=100, patient=patient)
+    assert door.windows == [marker_window_s(ending, 5000)]
+    assert door.windows[0] > marker_window_s(0, 5000) or ending == 0
 
 
 @pytest.mark.parametrize(("answer", "raises", "asked"), [

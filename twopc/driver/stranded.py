@@ -48,6 +48,7 @@ from twopc.protocol.holds import (
     TopicPartition,
     committed_handles,
     hold_changes,
+    marker_window_s,
     maybe_held,
     proof_of,
     stuck_spans,
@@ -71,12 +72,6 @@ log = logging.getLogger("twopc.stranded")
 # ask again soon, then back off.
 _FIRST_POLL_S = 0.01
 _POLL_S = 0.2
-# Before judging (which asks the coordinator and each leader's producer states), the partitions
-# that still look held are asked again, ListOffsets alone, for this long: after a commit of 64
-# transactions their markers landed 2-8 ms after the last EndTxn answer on the test broker
-# (benchmarks/README.md section 5), and a partition someone else's open transaction holds costs
-# no more than this before the judging settles it.
-_MARKER_WINDOW_S = 0.03
 # A held id's proof (its log checks) retries a leader that cannot be reached this long at most:
 # unproven, the hold stays, and the next check asks again.
 _PROOF_BUDGET_S = 2.0
@@ -186,7 +181,8 @@ def release_stranded_commits(call: Door,
         for tp, first in _latest_first_offsets(b).items():
             if latest.get(tp, -1) < first:
                 latest[tp] = first
-    lso = control.wait_stable(latest, min(_MARKER_WINDOW_S, wait_ms / 1000)) if latest else {}
+    ending = sum(1 for b, _ in handles if patient is None or b in patient)
+    lso = control.wait_stable(latest, marker_window_s(ending, wait_ms)) if latest else {}
     suspects: list[tuple[str, Handle]] = []
     if any(tp not in lso or lso[tp] <= first for tp, first in latest.items()):
         suspects = [(b, h) for b, h in handles if any(maybe_held(s, lso) for s in h.spans)]
