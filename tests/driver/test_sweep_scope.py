@@ -10,15 +10,18 @@ every commit with an interval of 0), and a sweep whose request gets no answer lo
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager
 from typing import Any
 
 import pytest
+from twopc_testing.kafka_tools import abort_hanging
 
 from tests.driver.support import Scenario
 from twopc.control import ControlClient, ControlError, TxnState
+from twopc.ops.audit import wait_until_stable
 
 pytestmark = pytest.mark.integration
 
@@ -180,3 +183,65 @@ def test_a_sweep_without_an_answer_leaves_the_batch_to_the_next_call(
     assert not _open(control, lost_attempt)
     scenario.expect("1")
     scenario.audit()
+
+
+@pytest.mark.parametrize("ended_by", ["its-timeout", "an-operator-abort"])
+def test_an_orphan_that_ends_between_the_description_and_its_fence(
+        ended_by: str, scenario: Scenario, control: ControlClient) -> None:
+    """The pool's description names a losing attempt open; before the commit fences it, the
+    attempt ends on its own: its transaction times out (the broker aborts it), or an operator
+    aborts it (`kafka-transactions.sh abort`: ABORT markers on its partitions, the coordinator
+    still shows it Ongoing). The commit still records it as an orphan and fences it (a fence of an
+    id that is no longer open is harmless), and nothing of it becomes visible."""
+    clock = Clock()
+    coord = scenario.driver(control, full_sweep_interval_ms=INTERVAL_MS, sweep_clock_ms=clock)
+    assert coord.commit("0", scenario.write("0")).status == "committed"
+    scenario.expect("0")
+    results = scenario.write("1")
+    timeout_ms = 3000 if ended_by == "its-timeout" else LONG_TIMEOUT_MS
+    [lost] = scenario.write("1", [scenario.txn("1", 2, attempt=1, tag="-lost")],
+                            timeout_ms=timeout_ms)
+    assert lost.handle is not None
+    loser = lost.handle
+    plain = control.start_open_among
+
+    class EndsOnceAnswered:
+        """The description's answer, read (after the commit's EndTxns); then the attempt ends."""
+
+        def __init__(self, asked: Future[list[str]]) -> None:
+            self.asked = asked
+
+        def result(self) -> list[str]:
+            answer = self.asked.result()
+            assert loser.transactional_id in answer  # open when described
+            if ended_by == "its-timeout":
+                assert _wait_until(lambda: not _open(control, loser.transactional_id), 30), \
+                    "the broker did not abort the timed-out attempt"
+            else:
+                for s in loser.spans:
+                    said = abort_hanging(scenario.broker.bootstrap_servers, s.topic, s.partition,
+                                         s.first_offset)
+                    assert wait_until_stable(scenario.broker.config(), s.topic, 30), said
+            return answer
+
+    def then_ended(ids: list[str]) -> EndsOnceAnswered:
+        return EndsOnceAnswered(plain(ids))
+
+    control.start_open_among = then_ended  # type: ignore[method-assign]
+    try:
+        report = coord.commit("1", results)
+    finally:
+        control.start_open_among = plain  # type: ignore[method-assign]
+    assert report.status == "committed" and report.orphans == (loser.transactional_id,)
+    assert not _open(control, loser.transactional_id)
+    scenario.expect("1")
+    scenario.audit()
+
+
+def _wait_until(done: Callable[[], bool], within_s: float) -> bool:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if done():
+            return True
+        time.sleep(0.2)
+    return done()
