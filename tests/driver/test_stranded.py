@@ -319,7 +319,9 @@ class _FirstLookDoor:
         self.waited = 0
         # Answers from the first wait for stability on (markers that were on their way).
         self.after_wait: dict[tuple[str, int, int], LogCheckResult] = {}
-        self.windows: list[float] = []  # each wait_stable's `within_s`
+        self.windows: list[tuple[float, frozenset[tuple[str, int]]]] = []  # each wait_stable's
+        self.late_once: set[tuple[str, int]] = set()  # not stable yet at the first wait
+        self.unanswered_once: set[tuple[str, int]] = set()  # left out of the first wait's answer
         self.control = self
 
     @property
@@ -333,8 +335,11 @@ class _FirstLookDoor:
 
     def wait_stable(self, past: dict[tuple[str, int], int], within_s: float) -> dict[tuple[str, int], int]:
         self.waited += 1
-        self.windows.append(within_s)
+        self.windows.append((within_s, frozenset(past)))
         self.answers.update(self.after_wait)
+        if self.waited == 1:  # markers still on their way there (or no answer)
+            return {tp: first if tp in self.late_once else first + 100 for tp, first in past.items()
+                    if tp not in self.unanswered_once}
         return {tp: first + 100 for tp, first in past.items()}
 
     def log_checks(self, checks: Sequence[LogCheckRequest], budget_s: float) -> list[LogCheckResult]:
@@ -391,25 +396,58 @@ def test_a_first_look_is_not_asked_for_without_prove() -> None:
     assert door.asked == 0 and report.looked == () and door.appended == []
 
 
-@pytest.mark.parametrize(("patient", "ending"), [(("2",), 300), (None, 304), (("1",), 4)])
-def test_the_marker_window_grows_with_the_transactions_whose_markers_are_on_their_way(
-        patient: tuple[str, ...] | None, ending: int) -> None:
-    """The ListOffsets-only wait before judging lasts longer for a commit of more transactions
-    (their markers take the broker longer to write): counted over the batches the check is
-    patient for (a commit's own), or over every batch checked when it is patient for all."""
+_ALL_T = frozenset({("t", p) for p in range(8)})
+
+
+@pytest.mark.parametrize(("patient", "own", "late", "second"), [
+    # A commit's own partitions, not stable at 30 ms: asked again, for longer.
+    (("2",), 300, _ALL_T, _ALL_T),
+    (("1",), 5, {("old", 0)}, {("old", 0)}),
+    # A partition only an older batch has (held there by something else): judged after 30 ms.
+    (("2",), 300, {("old", 0)}, None),
+    # A partition of the commit's whose leader did not answer (wait_stable retried it): judged.
+    (("2",), 300, {("t", 3): None}, None),
+    # A check patient for all (recovery's first: the retained batches' markers landed long ago).
+    (None, 0, {("old", 0)}, None),
+], ids=["own-late", "own-late-small", "older-held", "own-unanswered", "patient-for-all"])
+def test_only_a_commits_own_partitions_wait_longer_the_more_transactions_it_ended(
+        patient: tuple[str, ...] | None, own: int, late: Any,
+        second: frozenset[tuple[str, int]] | None) -> None:
+    """The ListOffsets-only wait before judging: 30 ms for every partition checked, then, for the
+    partitions of the batches the check is patient for (a commit's own) that answered not stable,
+    more, in proportion to their transactions (their markers take the broker longer to write).
+    Any other partition still not stable is judged after the 30 ms, as before: one held there by
+    something else costs no more than it did. (`late`: the partitions the first wait finds not
+    stable, or, mapped to None, without an answer.)"""
     def handle(batch: int, i: int) -> Handle:
         return Handle(f"q-{i}-0", PID + i, EPOCH, (PartitionSpan("t", i % 8, 5 + batch, 5, 1),),
                       1, "c", 0, 60000, i, 0, 0)
 
-    state = fold([(0, Prepared("1", tuple(handle(1, i) for i in range(4)))),
+    only_in_1 = Handle("q-900-0", PID + 900, EPOCH, (PartitionSpan("old", 0, 5, 5, 1),), 1, "c",
+                       0, 60000, 900, 0, 0)
+    state = fold([(0, Prepared("1", (*(handle(1, i) for i in range(4)), only_in_1))),
                   (1, Committed("1", 0, ())),
                   (2, Prepared("2", tuple(handle(2, i) for i in range(300)))),
                   (3, Committed("2", 2, ()))])
     door = _FirstLookDoor(state, {})
-    release_stranded_commits(cast(Any, door), list(state.batches.values()), wait_ms=5000,
-                             grace_ms=100, patient=patient)
-    assert door.windows == [marker_window_s(ending, 5000)]
-    assert door.windows[0] > marker_window_s(0, 5000) or ending == 0
+    door.late_once = set(late)
+    door.unanswered_once = {tp for tp in late if isinstance(late, dict)}
+
+    def check() -> None:
+        release_stranded_commits(cast(Any, door), list(state.batches.values()), wait_ms=5000,
+                                 grace_ms=100, patient=patient)
+
+    base = marker_window_s(0, 5000)
+    if second is None:
+        with pytest.raises(AttributeError, match="describe_transactions"):
+            check()  # straight to the judging (which this door cannot answer)
+        assert door.windows == [(base, _ALL_T | {("old", 0)})]
+        return
+    check()
+    assert door.windows[0] == (base, _ALL_T | {("old", 0)})
+    [(extra, asked)] = door.windows[1:]
+    assert extra == pytest.approx(marker_window_s(own, 5000) - base) and extra > 0
+    assert asked == second
 
 
 @pytest.mark.parametrize(("answer", "raises", "asked"), [

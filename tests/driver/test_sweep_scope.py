@@ -198,7 +198,8 @@ def test_an_orphan_that_ends_between_the_description_and_its_fence(
     assert coord.commit("0", scenario.write("0")).status == "committed"
     scenario.expect("0")
     results = scenario.write("1")
-    timeout_ms = 3000 if ended_by == "its-timeout" else LONG_TIMEOUT_MS
+    # Long enough to be still open when described on a loaded machine, short for the test.
+    timeout_ms = 6000 if ended_by == "its-timeout" else LONG_TIMEOUT_MS
     [lost] = scenario.write("1", [scenario.txn("1", 2, attempt=1, tag="-lost")],
                             timeout_ms=timeout_ms)
     assert lost.handle is not None
@@ -227,12 +228,22 @@ def test_an_orphan_that_ends_between_the_description_and_its_fence(
     def then_ended(ids: list[str]) -> EndsOnceAnswered:
         return EndsOnceAnswered(plain(ids))
 
+    fenced: list[str] = []
+    plain_fence = control.fence
+
+    def fence(ids: Any, *args: Any, **kw: Any) -> Any:
+        fenced.extend(ids)
+        return plain_fence(ids, *args, **kw)
+
     control.start_open_among = then_ended  # type: ignore[method-assign]
+    control.fence = fence  # type: ignore[method-assign]
     try:
         report = coord.commit("1", results)
     finally:
         control.start_open_among = plain  # type: ignore[method-assign]
+        control.fence = plain_fence  # type: ignore[method-assign]
     assert report.status == "committed" and report.orphans == (loser.transactional_id,)
+    assert loser.transactional_id in fenced  # fenced, though it had ended
     assert not _open(control, loser.transactional_id)
     scenario.expect("1")
     scenario.audit()

@@ -17,7 +17,7 @@ def test_the_marker_window_grows_with_the_transactions_and_never_passes_the_wait
 
 
 def test_the_marker_window_covers_what_a_commit_of_1024_took() -> None:
-    """Markers of 1,024 transactions landed up to 56 ms after the commit's EndTxns on the
-    benchmarks' broker (benchmarks/README.md section 5); 64 took up to 17 ms."""
-    assert marker_window_s(1024, 5000) > 0.056 * 1.5
+    """The markers check of a commit of 1,024 transactions waited up to 121 ms for its markers on
+    the benchmarks' broker (p99 of 8 commits, benchmarks/README.md section 5); of 64, up to 17."""
+    assert marker_window_s(1024, 5000) > 0.121
     assert marker_window_s(64, 5000) > 0.017

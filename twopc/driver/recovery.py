@@ -103,7 +103,9 @@ class Recovery:
                 now_ms=self.settings.clock_ms(), latency_ms=(time.monotonic() - began) * 1000))
         settled = {b.batch for b in report.batches if b.outcome is BatchOutcome.COMMITTED}
         # (The held ids were just checked, and retried if they could be released.)
-        late = call.release_stranded(only=settled, recheck_held=False) if settled \
+        # Patient for exactly the batches it checks (as for all): their markers, just sent, are
+        # on their way, so their partitions get the longer window (holds.marker_window_s).
+        late = call.release_stranded(only=settled, recheck_held=False, patient=settled) if settled \
             else StrandedReport()
         report.stranded = early.merged(late)
         try:

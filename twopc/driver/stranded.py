@@ -181,8 +181,8 @@ def release_stranded_commits(call: Door,
         for tp, first in _latest_first_offsets(b).items():
             if latest.get(tp, -1) < first:
                 latest[tp] = first
-    ending = sum(1 for b, _ in handles if patient is None or b in patient)
-    lso = control.wait_stable(latest, marker_window_s(ending, wait_ms)) if latest else {}
+    lso = control.wait_stable(latest, marker_window_s(0, wait_ms)) if latest else {}
+    lso.update(_await_own_markers(control, batches, handles, patient, lso, wait_ms))
     suspects: list[tuple[str, Handle]] = []
     if any(tp not in lso or lso[tp] <= first for tp, first in latest.items()):
         suspects = [(b, h) for b, h in handles if any(maybe_held(s, lso) for s in h.spans)]
@@ -226,6 +226,31 @@ def release_stranded_commits(call: Door,
         call.append(changes)
     raise_losses(handles, {**first_look.aborted, **evidence.aborted})
     return report
+
+
+def _await_own_markers(control: ControlClient, batches: Sequence[BatchState],
+                       handles: Sequence[tuple[str, Handle]], patient: Collection[str] | None,
+                       lso: Mapping[TopicPartition, int], wait_ms: int
+                       ) -> dict[TopicPartition, int]:
+    """The partitions of the batches the check is patient for (a commit's own, the batches a
+    recovery just settled) that answered not stable yet, asked again, ListOffsets alone, for
+    longer the more transactions those batches have (`holds.marker_window_s`: their markers are
+    on their way). A partition only other batches have, every partition of a check patient for
+    all (recovery's first check: the retained batches' markers landed long ago), and one whose
+    leader did not answer (`wait_stable` already retried it) go to the judging after the base
+    window, as before."""
+    if patient is None:
+        return {}
+    ending = sum(1 for b, _ in handles if b in patient)
+    extra = marker_window_s(ending, wait_ms) - marker_window_s(0, wait_ms)
+    waiting: dict[TopicPartition, int] = {}
+    for b in batches:
+        if b.batch not in patient:
+            continue
+        for tp, first in _latest_first_offsets(b).items():
+            if tp in lso and lso[tp] <= first and waiting.get(tp, -1) < first:
+                waiting[tp] = first
+    return control.wait_stable(waiting, extra) if waiting and extra > 0 else {}
 
 
 def raise_losses(handles: Sequence[tuple[str, Handle]], aborted: Mapping[TxnKey, str]) -> None:
