@@ -176,11 +176,7 @@ def release_stranded_commits(call: Door,
     # its first offset: the latest first offset of each partition tells whether any span there
     # can be. (The log's retained batches hold thousands of spans, asked after every commit; the
     # suspects are worked out span by span only when some partition may hold one.)
-    latest: dict[TopicPartition, int] = {}
-    for b in batches:
-        for tp, first in _latest_first_offsets(b).items():
-            if latest.get(tp, -1) < first:
-                latest[tp] = first
+    latest = _latest_of(batches)
     lso = control.wait_stable(latest, marker_window_s(0, wait_ms)) if latest else {}
     lso.update(_await_own_markers(control, batches, handles, patient, lso, wait_ms))
     suspects: list[tuple[str, Handle]] = []
@@ -243,13 +239,8 @@ def _await_own_markers(control: ControlClient, batches: Sequence[BatchState],
         return {}
     ending = sum(1 for b, _ in handles if b in patient)
     extra = marker_window_s(ending, wait_ms) - marker_window_s(0, wait_ms)
-    waiting: dict[TopicPartition, int] = {}
-    for b in batches:
-        if b.batch not in patient:
-            continue
-        for tp, first in _latest_first_offsets(b).items():
-            if tp in lso and lso[tp] <= first and waiting.get(tp, -1) < first:
-                waiting[tp] = first
+    own = _latest_of(b for b in batches if b.batch in patient)
+    waiting = {tp: first for tp, first in own.items() if tp in lso and lso[tp] <= first}
     return control.wait_stable(waiting, extra) if waiting and extra > 0 else {}
 
 
@@ -330,6 +321,16 @@ def _latest_first_offsets(batch: BatchState) -> dict[TopicPartition, int]:
         return memo[1]
     latest = _latest_by_partition(s for h in handles for s in h.spans)
     _latest_memo.put(key, (handles, latest))
+    return latest
+
+
+def _latest_of(batches: Iterable[BatchState]) -> dict[TopicPartition, int]:
+    """Per partition, the latest first offset of the visible spans of `batches`."""
+    latest: dict[TopicPartition, int] = {}
+    for b in batches:
+        for tp, first in _latest_first_offsets(b).items():
+            if latest.get(tp, -1) < first:
+                latest[tp] = first
     return latest
 
 
