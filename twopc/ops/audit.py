@@ -196,12 +196,18 @@ def audit_topic(
             "enable.auto.commit": False,
             "enable.partition.eof": True,
             "auto.offset.reset": "error",
+            # A partition's end shows as a fetch that comes back empty, which the broker holds
+            # for fetch.wait.max.ms (500 by default) before it answers.
+            "fetch.wait.max.ms": 10,
         }
     )
     try:
         pending = {p for p, (lso, _) in offsets.items() if lso > 0}
         # From each partition's log start, not offset 0: retention (or deleted records) moves it,
         # and offset 0 is then out of range (auto.offset.reset=error raised).
+        # The topic's metadata first: assigned before it knows a partition's leader, librdkafka
+        # retries the log-start lookup on a fixed half-second timer.
+        consumer.list_topics(topic, timeout=10)
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in sorted(pending)])
         deadline = time.monotonic() + timeout_s
         while pending:
@@ -209,7 +215,9 @@ def audit_topic(
                 raise TimeoutError(
                     f"audit of {topic} did not reach the end of partitions {pending}"
                 )
-            for msg in consumer.consume(1000, timeout=1.0):
+            # consume() returns only when it has its 1,000 messages or at its timeout: a short
+            # timeout, so that the last partition's EOF ends the read without a second's idling.
+            for msg in consumer.consume(1000, timeout=0.05):
                 err = msg.error()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
