@@ -387,7 +387,7 @@ class _CoreRun:
         leader of a partition the batch wrote to, or its ids' coordinator (victim_role)."""
         if not self.broker.replicated:
             return None
-        role = victim_role(self.result.seed, int(plan.batch))
+        role = victim_role(self.result.seed, sum(self.result.victims.values()))
         handles = [r.handle for r in results if r.handle is not None]
         node = self.broker.victim(self.control, role, [h.transactional_id for h in handles],
                                   [(s.topic, s.partition) for h in handles for s in h.spans])

@@ -157,11 +157,13 @@ class Schedule:
             b.describe() for b in self.batches]
 
 
-def victim_role(seed: int, batch_index: int) -> str:
-    """Which broker a broker fault of batch `batch_index` kills on a replicated cluster; they
-    alternate. Drawn without the schedule's random stream, so that every seed still replays the
-    schedule it always made."""
-    return VICTIM_ROLES[(seed + batch_index) % len(VICTIM_ROLES)]
+def victim_role(seed: int, broker_faults_before: int) -> str:
+    """Which broker a run's broker fault kills on a replicated cluster, given how many broker
+    faults came before it in the run: they alternate. By the faults' ordinal, not their batch's
+    index: the covering schedule's two broker faults sat ten batches apart, and by batch index both
+    killed the coordinator. Drawn without the schedule's random stream, so that every seed still
+    replays the schedule it always made."""
+    return VICTIM_ROLES[(seed + broker_faults_before) % len(VICTIM_ROLES)]
 
 
 def plan_batch(rng: random.Random, batch: str, fault: str | None, partitions: int,

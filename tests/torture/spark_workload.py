@@ -432,7 +432,7 @@ class _SparkJob:
         coordinator of the query's ids (slot 0 of the 4 Spark partitions), alternately."""
         if not self.broker.replicated:
             return None
-        role = victim_role(self.schedule.seed, step.index)
+        role = victim_role(self.schedule.seed, sum(self.result.victims.values()))
         ids = [transactional_id(self.prefix, p, 0) for p in range(4)]
         node = self.broker.victim(self.control, role, ids, [(self.topic, 0)])
         self.result.victims[role] += 1

@@ -16,6 +16,7 @@ Design: docs/design.md section 7.
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections import Counter
 from collections.abc import Sequence
@@ -102,7 +103,19 @@ class KafkaUnderTest:
         )
         futures[name].result(60)
         self._topics.append(name)
-        return name
+        # CreateTopics answers once the controller has committed the topic; a broker's metadata
+        # can still lag it (a 3-node cluster under load answered a Metadata request right after
+        # with no partitions): return once the topic is seen with a leader for every partition.
+        deadline = time.monotonic() + 30
+        while True:
+            topic = admin.list_topics(name, timeout=10).topics.get(name)
+            if (topic is not None and topic.error is None and len(topic.partitions) == partitions
+                    and all(p.leader >= 0 for p in topic.partitions.values())):
+                return name
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"topic {name} created, but its {partitions} partitions have "
+                                   f"no leader in the metadata after 30 s: {topic}")
+            time.sleep(0.1)
 
     def stop(self) -> None:
         if self.local is not None:
