@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient
 from twopc_testing.offsets import stable_group_offsets
 
@@ -77,28 +77,35 @@ def rerun_with_other_rows(scenario: Scenario) -> list[WriteResult]:
 
 
 def assert_records_exact(scenario: Scenario) -> None:
-    """Keys, headers and timestamps of the visible records are the writer's (task.py's rich)."""
+    """The visible records are exactly the expected ids, once each, with the writer's keys,
+    headers and timestamps (task.py's rich): each partition read to its end (EOF)."""
     c = Consumer({**scenario.broker.config(), "group.id": "copy-check",
-                  "isolation.level": "read_committed", "enable.auto.commit": False})
+                  "isolation.level": "read_committed", "enable.auto.commit": False,
+                  "enable.partition.eof": True, "fetch.wait.max.ms": 10})
     try:
-        seen = 0
         for topic in scenario.topics:
-            want = scenario.expected.get(topic, set())
+            c.list_topics(topic, timeout=10)
             c.assign([TopicPartition(topic, q, 0) for q in range(2)])
-            got = 0
-            # consume() waits out its whole timeout unless it has its 100 messages: short calls
-            # under one deadline, so that reading a few records does not idle for seconds.
-            deadline = time.monotonic() + 10
-            while got < len(want) and time.monotonic() < deadline:
+            ids: list[str] = []
+            pending = {0, 1}
+            # Short consume() calls under one deadline: consume() waits out its whole timeout
+            # unless it has its 100 messages.
+            deadline = time.monotonic() + 30
+            while pending:
+                assert time.monotonic() < deadline, f"{topic}: partitions {pending} never ended"
                 for m in c.consume(100, 0.05):
+                    err = m.error()
+                    if err is not None:
+                        assert err.code() == KafkaError._PARTITION_EOF, err
+                        pending.discard(m.partition())
+                        continue
                     rid = m.value().decode()
                     assert m.key() == f"k-{rid}".encode()
                     assert m.headers() == [("id", rid.encode()), ("none", None)]
                     i = int(rid.rsplit("-r", 1)[1])
                     assert m.timestamp()[1] == TS_BASE + i
-                    got += 1
-            seen += got
-        assert seen == sum(len(v) for v in scenario.expected.values())
+                    ids.append(rid)
+            assert sorted(ids) == sorted(scenario.expected.get(topic, set())), topic
     finally:
         c.close()
 

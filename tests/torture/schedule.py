@@ -159,11 +159,16 @@ class Schedule:
 
 def victim_role(seed: int, broker_faults_before: int) -> str:
     """Which broker a run's broker fault kills on a replicated cluster, given how many broker
-    faults came before it in the run: they alternate. By the faults' ordinal, not their batch's
-    index: the covering schedule's two broker faults sat ten batches apart, and by batch index both
-    killed the coordinator. Drawn without the schedule's random stream, so that every seed still
-    replays the schedule it always made."""
-    return VICTIM_ROLES[(seed + broker_faults_before) % len(VICTIM_ROLES)]
+    faults came before it in the run: they alternate, from a role drawn from the seed.
+
+    By the faults' ordinal, not their batch's index: the covering schedule's two broker faults sat
+    ten batches apart, and by batch index both killed the coordinator. The first role is drawn
+    from a hash of the seed, not its parity: the long run ties copy-forward to the seed's parity
+    and places Spark schedules at a fixed stride, so parity would kill one role only in each.
+    Drawn without the schedule's random stream, so that every seed still makes the schedule it
+    always made; the victims of runs journaled before 2026-11-28 followed the batch-index rule."""
+    first = random.Random(f"victim:{seed}").randrange(len(VICTIM_ROLES))
+    return VICTIM_ROLES[(first + broker_faults_before) % len(VICTIM_ROLES)]
 
 
 def plan_batch(rng: random.Random, batch: str, fault: str | None, partitions: int,

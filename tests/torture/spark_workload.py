@@ -429,7 +429,7 @@ class _SparkJob:
 
     def victim(self, step: SparkStep) -> int | None:
         """All of a single broker; on a replicated cluster the leader of partition 0 or the
-        coordinator of the query's ids (slot 0 of the 4 Spark partitions), alternately."""
+        coordinator of the query's ids (slot 0 of the 4 Spark partitions): schedule.victim_role."""
         if not self.broker.replicated:
             return None
         role = victim_role(self.schedule.seed, sum(self.result.victims.values()))

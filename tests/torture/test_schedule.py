@@ -28,10 +28,12 @@ from tests.torture.schedule import (
     RELEASE_ANSWER_APIS,
     RELEASE_LOST_APIS,
     SECOND_DRIVER_POINTS,
+    VICTIM_ROLES,
     WAVE_POINTS,
     WRITER_POINTS,
     covering_schedule,
     make_schedule,
+    victim_role,
 )
 from tests.torture.spark_schedule import make_spark_schedule
 
@@ -156,3 +158,13 @@ def test_a_journal_line_gives_back_the_result_and_resume_takes_only_its_own_run(
     assert _journaled(journal, 1, 4) == [first]
     assert _journaled(journal, 2, 4) == []
     assert _journaled(tmp_path / "absent.jsonl", 1, 4) == []
+
+
+def test_broker_faults_alternate_victims_from_a_role_drawn_from_the_seed() -> None:
+    """Each run's broker faults alternate leader / coordinator, and runs of either seed parity
+    (the long run's copy-forward flag) start from either role."""
+    for seed in range(20281122, 20281322):
+        assert victim_role(seed, 0) != victim_role(seed, 1) == victim_role(seed, 3)
+    for parity in (0, 1):
+        assert {victim_role(s, 0) for s in range(20281122 + parity, 20281322, 2)} == \
+            set(VICTIM_ROLES)

@@ -92,6 +92,7 @@ class KafkaUnderTest:
     def create_topic(
         self, partitions: int = 4, config: dict[str, str] | None = None, name: str | None = None
     ) -> str:
+        from confluent_kafka import KafkaException
         from confluent_kafka.admin import AdminClient, NewTopic
 
         name = name or f"t-{uuid.uuid4().hex[:12]}"
@@ -108,7 +109,10 @@ class KafkaUnderTest:
         # with no partitions): return once the topic is seen with a leader for every partition.
         deadline = time.monotonic() + 30
         while True:
-            topic = admin.list_topics(name, timeout=10).topics.get(name)
+            try:
+                topic = admin.list_topics(name, timeout=10).topics.get(name)
+            except KafkaException:  # a broker still coming up: ask again until the deadline
+                topic = None
             if (topic is not None and topic.error is None and len(topic.partitions) == partitions
                     and all(p.leader >= 0 for p in topic.partitions.values())):
                 return name

@@ -9,6 +9,7 @@ Design: docs/design.md section 7.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from collections import Counter
@@ -206,8 +207,10 @@ def audit_topic(
         # From each partition's log start, not offset 0: retention (or deleted records) moves it,
         # and offset 0 is then out of range (auto.offset.reset=error raised).
         # The topic's metadata first: assigned before it knows a partition's leader, librdkafka
-        # retries the log-start lookup on a fixed half-second timer.
-        consumer.list_topics(topic, timeout=10)
+        # retries the log-start lookup on a fixed half-second timer. Only a speed-up: a failure
+        # here (a broker restarting) leaves the consumer to find the leaders itself.
+        with contextlib.suppress(KafkaException):
+            consumer.list_topics(topic, timeout=10)
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in sorted(pending)])
         deadline = time.monotonic() + timeout_s
         while pending:
@@ -222,6 +225,9 @@ def audit_topic(
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
                         pending.discard(msg.partition())
+                        # Read to its end: stop fetching it (with a 10 ms fetch wait, an ended
+                        # partition would be asked again a hundred times a second meanwhile).
+                        consumer.pause([TopicPartition(topic, msg.partition())])
                         continue
                     raise KafkaException(err)
                 report.records += 1
