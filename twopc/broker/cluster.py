@@ -94,22 +94,27 @@ class LocalKafka:
     # --- lifecycle -------------------------------------------------------------------------------
     def start(self, timeout_s: float = START_TIMEOUT_S) -> LocalKafka:
         began = time.monotonic()
-        classpath = kafka_classpath(self.spec.kafka_version)
-        if self.spec.tls:
-            self.tls = make_tls_material(self.data_dir / "tls")
-        self._plan_nodes()
-        self.cluster_id = str(_random_cluster_id())
-        for node in self.nodes:
-            node.write_config()
-            node.format_storage(
-                classpath, self.cluster_id, self._feature_args(), self._scram_args()
-            )
-        for node in self.nodes:
-            node.launch(classpath, self.spec.heap_mb)
         try:
+            classpath = kafka_classpath(self.spec.kafka_version)
+            if self.spec.tls:
+                self.tls = make_tls_material(self.data_dir / "tls")
+            self._plan_nodes()
+            self.cluster_id = str(_random_cluster_id())
+            for node in self.nodes:
+                node.write_config()
+                node.format_storage(
+                    classpath, self.cluster_id, self._feature_args(), self._scram_args()
+                )
+            for node in self.nodes:
+                node.launch(classpath, self.spec.heap_mb)
             self.wait_ready(timeout_s)
         except BaseException:
+            # A start that failed leaves nothing behind: no node running (one launched before a
+            # later one failed would hold its ports), and no temporary data directory (the
+            # error carries the log's tail). A directory the caller named keeps what is in it.
             self.kill()
+            if self._owns_dir:
+                shutil.rmtree(self.data_dir, ignore_errors=True)
             raise
         self.startup_seconds = time.monotonic() - began
         return self
