@@ -156,6 +156,10 @@ class DriverCall:
         self.settings = settings
         self.session = Session(log)
         self._named: set[str] = set()
+        # The transactions this call asked to commit (id, producer id, epoch): the batches they
+        # belong to are proven from the log by this call's check (`_first_looks`).
+        self._commits_sent: set[tuple[str, int, int]] = set()
+        self._looked_here: set[str] = set()  # batches this call's checks have looked at
         # What the last full stranded check covered: the committed batches and the held ids.
         self._released: tuple[frozenset[tuple[str, int | None]], frozenset[str]] | None = None
 
@@ -206,8 +210,12 @@ class DriverCall:
                                     "them first (docs/design.md section 5)")
 
     def end_txns(self, requests: Sequence[EndTxnRequest]) -> dict[str, EndTxnOutcome]:
-        """EndTxn for ids a record of this call names."""
+        """EndTxn for ids a record of this call names. Each commit asked is noted before it is
+        sent (its answer may be lost after it committed): this call's check proves the batch from
+        the log (`_first_looks`)."""
         self._require_named((r.transactional_id for r in requests), "EndTxn")
+        self._commits_sent.update((r.transactional_id, r.producer_id, r.epoch)
+                                  for r in requests if r.commit)
         return self.control.end_txns(requests, precheck=False)
 
     def fence(self, record: FencedRecord) -> tuple[tuple[str, ...], dict[str, str]]:
@@ -367,26 +375,34 @@ class DriverCall:
                                           prove=self._first_looks(committed, own))
         for batch in report.looked:
             self._looked(self.state.batches[batch])
+        self._looked_here.update(report.looked)
         if only is None and recheck_held:
             self._released = self._coverage()
         return report
 
     def _first_looks(self, batches: Sequence[BatchState], own: str | None) -> tuple[str, ...]:
-        """The newest committed batch other than `own`, unless this process saw its markers land
-        in its own call (or proved it before): that call may have died between its `committed`
-        record and its check, and what ended its records since (an outside abort after lost
-        markers) ends them aborted. Only the newest: a batch's commit call returns before the
-        next batch's begins, and a call that fails stops the query or job until recovery or the
-        next call, which looks first.
-        (A look right after a call's own EndTxns needs no proof: lost markers keep the
-        partitions open for seconds at least, which the check holds; nothing can abort them
-        within that call but a pause of the driver itself.)"""
+        """The batches whose records the log must prove ended committed, not only ended.
+
+        Every batch this call sent EndTxn(commit) for (`end_txns`: the commit's own, a recovery's
+        roll-forward): an outside abort (`kafka-transactions.sh abort`) of a pre-committed
+        transaction writes ABORT markers to its partitions and tells the coordinator nothing,
+        which then accepts the commit; the records ended, aborted, and nothing but the log tells.
+        And the newest committed batch other than `own`, unless this process saw its markers
+        land in its own call (or proved it before): that call may have died between its
+        `committed` record and its check, and what ended its records since (an outside abort
+        after lost markers) ends them aborted. Only the newest: a batch's commit call returns
+        before the next batch's begins, and a call that fails stops the query or job until
+        recovery or the next call, which looks first."""
+        sent = tuple(b.batch for b in batches if b.batch not in self._looked_here
+                     and b.committed and any(
+            (h.transactional_id, h.producer_id, h.epoch) in self._commits_sent
+            for h in b.committed.values()))
         if not self.first_look:
-            return ()
+            return sent
         newest = max((b for b in batches if b.status in (BatchStatus.COMMITTED, BatchStatus.PARTIAL)
-                      and b.committed and b.batch != own), key=lambda b: b.intent_seq or 0,
-                     default=None)
-        return (newest.batch,) if newest is not None and self._unlooked(newest) else ()
+                      and b.committed and b.batch != own and b.batch not in sent),
+                     key=lambda b: b.intent_seq or 0, default=None)
+        return sent + ((newest.batch,) if newest is not None and self._unlooked(newest) else ())
 
     def _unlooked(self, batch: BatchState) -> bool:
         """Neither seen nor proven by this process, nor a loss an operator acknowledged
