@@ -81,7 +81,7 @@ from twopc.protocol.pool import (
     batch_pool,
     full_sweep_due,
 )
-from twopc.protocol.state import BatchState, BatchStatus, LogState
+from twopc.protocol.state import BatchState, BatchStatus, LogState, TxnKey, txn_key
 
 log = logging.getLogger("twopc.driver")
 
@@ -158,7 +158,7 @@ class DriverCall:
         self._named: set[str] = set()
         # The transactions this call asked to commit (id, producer id, epoch): the batches they
         # belong to are proven from the log by this call's check (`_first_looks`).
-        self._commits_sent: set[tuple[str, int, int]] = set()
+        self._commits_sent: set[TxnKey] = set()
         self._looked_here: set[str] = set()  # batches this call's checks have looked at
         # What the last full stranded check covered: the committed batches and the held ids.
         self._released: tuple[frozenset[tuple[str, int | None]], frozenset[str]] | None = None
@@ -393,16 +393,19 @@ class DriverCall:
         after lost markers) ends them aborted. Only the newest: a batch's commit call returns
         before the next batch's begins, and a call that fails stops the query or job until
         recovery or the next call, which looks first."""
-        sent = tuple(b.batch for b in batches if b.batch not in self._looked_here
-                     and b.committed and any(
-            (h.transactional_id, h.producer_id, h.epoch) in self._commits_sent
-            for h in b.committed.values()))
+        sent = tuple(b.batch for b in batches if self._commit_sent_unlooked(b))
         if not self.first_look:
             return sent
         newest = max((b for b in batches if b.status in (BatchStatus.COMMITTED, BatchStatus.PARTIAL)
                       and b.committed and b.batch != own and b.batch not in sent),
                      key=lambda b: b.intent_seq or 0, default=None)
         return sent + ((newest.batch,) if newest is not None and self._unlooked(newest) else ())
+
+    def _commit_sent_unlooked(self, batch: BatchState) -> bool:
+        """This call asked to commit one of the batch's visible transactions, and its checks
+        have not looked at the batch since."""
+        return batch.batch not in self._looked_here and any(
+            txn_key(h) in self._commits_sent for h in batch.committed.values())
 
     def _unlooked(self, batch: BatchState) -> bool:
         """Neither seen nor proven by this process, nor a loss an operator acknowledged
