@@ -31,6 +31,7 @@ from twopc.protocol.handle import Handle, WriteResult
 from twopc.protocol.offsets import SourceOffsets
 from twopc.protocol.owner import Owner, OwnerKind
 from twopc.protocol.pool import transactional_id
+from twopc.protocol.verdicts import BatchOutcome
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -240,3 +241,20 @@ def wait_not_ongoing(control: ControlClient, handles: list[Handle], limit_s: flo
             return
         time.sleep(0.25)
     raise AssertionError(f"transactions {ids} were not aborted by their timeout")
+
+
+def partly_committed(scenario: Scenario, control: ControlClient) -> list[WriteResult]:
+    """Batch 0 with partitions 0-2 committed and partition 3 aborted by its timeout."""
+    long = scenario.write("0", [scenario.txn("0", p) for p in range(3)])
+    short = scenario.write("0", [scenario.txn("0", 3)], timeout_ms=4000)
+    results = long + short
+    # EndTxn order: the first alone, the middle ones, then the last (the short one): die before it.
+    out = scenario.drive("commit", "0", results, crash_at="coordinator.after_endtxn_n_minus_1",
+                         margin_ms=200)
+    assert out == {"killed": True}
+    wait_not_ongoing(control, [r.handle for r in short if r.handle is not None])
+    report = scenario.driver(control).recover()
+    assert report.batches[0].outcome is BatchOutcome.PARTIAL
+    assert report.batches[0].committed_partitions == [0, 1, 2]
+    assert report.batches[0].lost_partitions == [3]
+    return results

@@ -14,10 +14,12 @@ looked at it.
 from __future__ import annotations
 
 import pytest
+from twopc_testing.kafka_tools import abort_hanging
 
 from tests.driver.support import Scenario
 from twopc.control import ControlClient
 from twopc.control import faults as f
+from twopc.errors import StrandedCommitAborted
 from twopc.log.session import Session
 
 pytestmark = [pytest.mark.integration, pytest.mark.all_variants]
@@ -49,5 +51,44 @@ def test_a_first_look_whose_fetch_is_lost_holds_the_batch_until_a_later_look_pro
                for h in Session(coord.log).state.stranded.values())
     # The next look (a later check in this process: the batch was not proven) clears it.
     coord.recover()
+    assert Session(coord.log).state.stranded == {}
+    scenario.audit()
+
+
+@pytest.mark.parametrize("aborted_outside", [False, True], ids=["healthy", "aborted-outside"])
+def test_a_lost_proof_of_a_commits_own_transactions_holds_them_until_a_later_check(
+        scenario: Scenario, control: ControlClient, aborted_outside: bool) -> None:
+    """The commit's own proof (a Fetch per span of the transactions it committed) lost, every
+    try within its budget: the commit cannot say its records ended committed. Not proven, not
+    dropped: its ids are held (its source offsets wait), and the next check proves them: a
+    healthy commit's hold goes; one aborted from outside before the commit raises its loss
+    there, loud, never reported as proven."""
+    scenario.partitions = 2
+    results = scenario.write("0")
+    ids = {r.handle.transactional_id for r in results if r.handle is not None}
+    victim = results[1].handle
+    assert victim is not None
+    if aborted_outside:
+        [span] = victim.spans
+        abort_hanging(scenario.broker.bootstrap_servers, span.topic, span.partition,
+                      span.first_offset)
+    coord = scenario.driver(control)
+    with f.injected(f.FaultPlan((f.Fault("FETCH", f.Action.DROP_ANSWER),))) as plan:
+        report = coord.commit("0", results)
+    assert plan.fired, "no Fetch was sent: the commit proved nothing"
+    assert report.status == "committed"
+    assert set(Session(coord.log).state.stranded) == ids
+    assert all("could not read the log" in h.reason
+               for h in Session(coord.log).state.stranded.values())
+    if aborted_outside:
+        with pytest.raises(StrandedCommitAborted, match="batch 0") as info:
+            scenario.driver(control).recover()
+        assert {h.transactional_id for _, h, _ in info.value.lost} == {victim.transactional_id}
+        scenario.driver(control).recovery.acknowledge_loss("0", "test: aborted from outside")
+        scenario.driver(control).recover()
+        scenario.expect("0", partitions=[0])
+    else:
+        scenario.driver(control).recover()
+        scenario.expect("0")
     assert Session(coord.log).state.stranded == {}
     scenario.audit()

@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 from twopc_testing.kafka_tools import abort_hanging
 
-from tests.driver.support import Scenario
+from tests.driver.support import Scenario, partly_committed
 from twopc.control import ControlClient
 from twopc.errors import StrandedCommitAborted
 
@@ -68,4 +68,57 @@ def test_an_outside_abort_while_the_driver_is_down_after_its_intent(scenario: Sc
     scenario.driver(control).recovery.acknowledge_loss("0", "test: aborted from outside")
     scenario.driver(control).recover(first_look=False)
     scenario.expect("0", partitions=[0, 1, 3])
+    scenario.audit()
+
+
+
+def test_an_outside_abort_of_a_repairs_transaction_before_its_commit(scenario: Scenario,
+                                                                   control: ControlClient) -> None:
+    """Batch 0 partly committed (partition 3 aborted by its timeout); a deterministic re-run
+    repairs it, and its transaction for partition 3 is aborted from outside before the repair's
+    EndTxn. The repair's check ran before that EndTxn (the re-run's duplicates are fenced first)
+    and proved the batch's visible transactions then: the repair's own transaction must be
+    proven after its commit all the same (a review found it skipped: the call remembered the
+    batch proven, not the transactions)."""
+    partly_committed(scenario, control)
+    rerun = scenario.write("0")
+    victim = rerun[3].handle
+    assert victim is not None
+    [span] = victim.spans
+    abort_hanging(scenario.broker.bootstrap_servers, span.topic, span.partition,
+                  span.first_offset)
+    with pytest.raises(StrandedCommitAborted, match="batch 0") as info:
+        scenario.driver(control).commit("0", rerun)
+    assert [(h.transactional_id, h.epoch) for _, h, _ in info.value.lost] == [
+        (victim.transactional_id, victim.epoch)]
+    with pytest.raises(StrandedCommitAborted, match="batch 0"):
+        scenario.driver(control).recover()
+    scenario.driver(control).recovery.acknowledge_loss("0", "test: a repair aborted from outside")
+    scenario.driver(control).recover()
+    scenario.expect("0", partitions=[0, 1, 2])
+    scenario.audit()
+
+
+def test_a_recovery_that_finds_the_commit_done_proves_it(scenario: Scenario,
+                                                         control: ControlClient) -> None:
+    """The transaction aborted from outside, then the driver sends every EndTxn(commit) (the
+    coordinator accepts them) and is SIGKILLed before its `committed` record and its check. The
+    streaming planner's recovery (`first_look=False`) finds every transaction CompleteCommit and
+    records the batch committed without sending an EndTxn: what it records committed is proven
+    from the log as what it commits is (a review found it unproven: nothing was sent)."""
+    results = scenario.write("0")
+    victim = results[1].handle
+    assert victim is not None
+    [span] = victim.spans
+    abort_hanging(scenario.broker.bootstrap_servers, span.topic, span.partition,
+                  span.first_offset)
+    assert scenario.drive("commit", "0", results,
+                          crash_at="coordinator.after_all_endtxn") == {"killed": True}
+    for _ in range(2):
+        with pytest.raises(StrandedCommitAborted, match="batch 0") as info:
+            scenario.driver(control).recover(first_look=False)
+        assert {h.transactional_id for _, h, _ in info.value.lost} == {victim.transactional_id}
+    scenario.driver(control).recovery.acknowledge_loss("0", "test: aborted from outside")
+    scenario.driver(control).recover(first_look=False)
+    scenario.expect("0", partitions=[0, 2, 3])
     scenario.audit()

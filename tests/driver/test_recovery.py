@@ -6,7 +6,13 @@ from __future__ import annotations
 import pytest
 
 from checkpoint import open_log
-from tests.driver.support import Scenario, finish, started_driver, wait_not_ongoing
+from tests.driver.support import (
+    Scenario,
+    finish,
+    partly_committed,
+    started_driver,
+    wait_not_ongoing,
+)
 from twopc.control import ControlClient
 from twopc.errors import DataLossError
 from twopc.log.session import Session
@@ -39,26 +45,9 @@ def test_driver_down_past_the_timeout(scenario: Scenario, control: ControlClient
     scenario.audit()
 
 
-def _partly_committed(scenario: Scenario, control: ControlClient) -> list[WriteResult]:
-    """Batch 0 with partitions 0-2 committed and partition 3 aborted by its timeout."""
-    long = scenario.write("0", [scenario.txn("0", p) for p in range(3)])
-    short = scenario.write("0", [scenario.txn("0", 3)], timeout_ms=4000)
-    results = long + short
-    # EndTxn order: the first alone, the middle ones, then the last (the short one): die before it.
-    out = scenario.drive("commit", "0", results, crash_at="coordinator.after_endtxn_n_minus_1",
-                         margin_ms=200)
-    assert out == {"killed": True}
-    wait_not_ongoing(control, handles_of(short))
-    report = scenario.driver(control).recover()
-    assert report.batches[0].outcome is BatchOutcome.PARTIAL
-    assert report.batches[0].committed_partitions == [0, 1, 2]
-    assert report.batches[0].lost_partitions == [3]
-    return results
-
-
 def test_partly_committed_batch_is_repaired_by_a_deterministic_rerun(
         scenario: Scenario, control: ControlClient) -> None:
-    _partly_committed(scenario, control)
+    partly_committed(scenario, control)
     coord = scenario.driver(control)
     assert not coord.is_committed("0")  # the re-run must write
     # The same rows, delivered in another order, give the same checksums.
@@ -73,7 +62,7 @@ def test_partly_committed_batch_is_repaired_by_a_deterministic_rerun(
 
 def test_changed_rerun_raises_data_loss_then_operator_resolves(
         scenario: Scenario, control: ControlClient) -> None:
-    _partly_committed(scenario, control)
+    partly_committed(scenario, control)
     coord = scenario.driver(control)
     changed = scenario.write("0", [scenario.txn("0", 0, tag="-changed")]
                              + [scenario.txn("0", p) for p in range(1, 4)])

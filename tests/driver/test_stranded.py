@@ -39,7 +39,7 @@ from twopc.protocol.holds import (
     unreadable_spans,
 )
 from twopc.protocol.log_records import Committed, LogRecord, Prepared, Released, Stranded, from_body, to_body
-from twopc.protocol.state import BatchState, BatchStatus, LogState, fold, txn_key
+from twopc.protocol.state import BatchState, BatchStatus, LogState, TxnKey, fold, txn_key
 from twopc.protocol.verdicts import Fate, StrandedFate, Verdict, judge
 
 PID, EPOCH = 4000, 7
@@ -322,7 +322,11 @@ class _FirstLookDoor:
         self.windows: list[tuple[float, frozenset[tuple[str, int]]]] = []  # each wait_stable's
         self.late_once: set[tuple[str, int]] = set()  # not stable yet at the first wait
         self.unanswered_once: set[tuple[str, int]] = set()  # left out of the first wait's answer
+        self.acknowledged: dict[str, frozenset[TxnKey]] = {}  # per batch, losses acknowledged
         self.control = self
+
+    def acknowledged_losses(self, batch: str) -> frozenset[TxnKey]:
+        return self.acknowledged.get(batch, frozenset())
 
     @property
     def state(self) -> LogState:
@@ -348,16 +352,21 @@ class _FirstLookDoor:
                 for c in checks]
 
 
-def _first_look(answers: dict[tuple[str, int, int], LogCheckResult]
+_A = Handle("q-0-0", PID, EPOCH, (PartitionSpan("t", 0, 5, 5, 1),), 1, "c", 0, 60000, 0, 0, 0)
+_B = Handle("q-1-0", PID + 1, EPOCH, (PartitionSpan("t", 1, 5, 5, 1),), 1, "c", 0, 60000, 1, 0, 0)
+
+
+def _first_look(answers: dict[tuple[str, int, int], LogCheckResult],
+                prove: frozenset[TxnKey] = frozenset({txn_key(_A), txn_key(_B)}),
+                acknowledged: frozenset[TxnKey] = frozenset(),
                 ) -> tuple[_FirstLookDoor, StrandedReport | StrandedCommitAborted]:
-    a = Handle("q-0-0", PID, EPOCH, (PartitionSpan("t", 0, 5, 5, 1),), 1, "c", 0, 60000, 0, 0, 0)
-    b = Handle("q-1-0", PID + 1, EPOCH, (PartitionSpan("t", 1, 5, 5, 1),), 1, "c", 0, 60000, 1, 0, 0)
-    state = fold([(0, Prepared("1", (a, b))), (1, Committed("1", 0, ()))])
+    state = fold([(0, Prepared("1", (_A, _B))), (1, Committed("1", 0, ()))])
     door = _FirstLookDoor(state, answers)
+    door.acknowledged["1"] = acknowledged
     batches = list(state.batches.values())
     try:
         return door, release_stranded_commits(cast(Any, door), batches, wait_ms=1000,
-                                              grace_ms=100, prove=("1",))
+                                              grace_ms=100, prove=prove)
     except StrandedCommitAborted as exc:
         return door, exc
 
@@ -383,7 +392,30 @@ def test_a_first_look_proves_from_the_log_holds_what_it_cannot_yet_and_raises_a_
     assert (("q-1-0" in door.state.stranded) is held), holds
     assert "q-0-0" not in door.state.stranded
     if not raises:
-        assert isinstance(out, StrandedReport) and out.looked == ("1",)
+        assert isinstance(out, StrandedReport)
+        assert out.looked == (("1", txn_key(_A)), ("1", txn_key(_B)))
+
+
+def test_a_proof_asks_only_for_the_transactions_named() -> None:
+    """A batch proven earlier in the call gains a repair's transaction: only that one is asked
+    about, and its loss is raised though the batch's other transaction was proven before."""
+    aborted = LogCheckResult(LogOutcome.ABORTED, detail="aborted from offset 5")
+    door, out = _first_look({("t", 1, 5): aborted}, prove=frozenset({txn_key(_B)}))
+    assert door.asked == 1
+    assert isinstance(out, StrandedCommitAborted) and "q-1-0" in str(out)
+
+
+def test_an_acknowledged_loss_proven_again_is_neither_raised_nor_held() -> None:
+    """A repair of a batch whose loss an operator acknowledged proves the batch anew: the loss
+    acknowledged is said in the log, not raised (the batch cannot be acknowledged twice), and a
+    loss not acknowledged still is."""
+    aborted = LogCheckResult(LogOutcome.ABORTED, detail="aborted from offset 5")
+    door, out = _first_look({("t", 1, 5): aborted}, acknowledged=frozenset({txn_key(_B)}))
+    assert isinstance(out, StrandedReport) and "q-1-0" not in door.state.stranded
+    door, out = _first_look({("t", 0, 5): aborted, ("t", 1, 5): aborted},
+                            acknowledged=frozenset({txn_key(_B)}))
+    assert isinstance(out, StrandedCommitAborted)
+    assert "q-0-0" in str(out) and "q-1-0" not in str(out)
 
 
 def test_a_first_look_is_not_asked_for_without_prove() -> None:
@@ -464,7 +496,7 @@ def test_a_rerun_of_a_committed_job_looks_at_its_records_and_records_nothing(
     aborted span is a loud loss (at every re-run); records not visible yet, after a moment's
     wait (or a log that cannot answer), are not reported committed (CommitUnverified: recovery
     finishes the check); a proof (or records past proving) is remembered in the process, so the
-    second look asks nothing; an acknowledged loss is quiet."""
+    second look asks nothing; an acknowledged loss is proven again once, quietly."""
     coord, checks = _committed_job(tmp_path, {("t", 1, 5): answer})
     last = Session(coord.log).state.last_seq
     for _ in range(2):
@@ -480,8 +512,10 @@ def test_a_rerun_of_a_committed_job_looks_at_its_records_and_records_nothing(
     if raises is StrandedCommitAborted:  # acknowledged (the log proves it): quiet from then on
         assert coord.recovery.acknowledge_loss("job-1", "test: handled") == ("q-1-0",)
         asked = checks.asked
-        coord.recovery.look_at("job-1")
-        assert checks.asked == asked
+        coord.recovery.look_at("job-1")  # proven again (the loss acknowledged: not raised)
+        assert checks.asked == asked + 2
+        coord.recovery.look_at("job-1")  # and remembered
+        assert checks.asked == asked + 2
 
 
 def test_a_rerun_right_after_the_commit_waits_a_moment_for_its_markers(tmp_path: Path) -> None:

@@ -47,6 +47,7 @@ from twopc.driver.stranded import (
     prove_patiently,
     raise_losses,
     release_stranded_commits,
+    without_acknowledged,
 )
 from twopc.errors import (
     CommitUnverified,
@@ -58,7 +59,7 @@ from twopc.log.jobs import batch_state, remember_job
 from twopc.log.session import Session, check_binding
 from twopc.protocol.clock import DEFAULT_MARGIN_MS
 from twopc.protocol.copies import RepairSettings
-from twopc.protocol.holds import HoldProof, to_check
+from twopc.protocol.holds import HoldProof, acknowledged_in, to_check
 from twopc.protocol.log_records import (
     Aborted,
     Committed,
@@ -133,10 +134,10 @@ def named_ids(record: LogRecord) -> tuple[str, ...]:
     return ()
 
 
-# The committed batches this process has looked at since their commit: (log, owner id, batch,
-# intent) of each batch whose markers its own call saw land, or whose records a first look
-# proved committed from the log (`DriverCall._first_looks`). Lost on a restart, which is the point:
-# the first check after one proves the newest batch again.
+# The committed batches this process has proven since their commit: (log, owner id, batch,
+# intent) of each batch whose every visible transaction one call's checks proved from the log
+# (`DriverCall._to_prove`). Lost on a restart, which is the point: the first check after one
+# proves the newest batch again.
 _first_look_done: Memo[tuple[str, str, str, int | None], bool] = Memo(1024)
 
 # When this process last listed each owner's whole pool, by `sweep_clock_ms` (log, owner id):
@@ -156,10 +157,12 @@ class DriverCall:
         self.settings = settings
         self.session = Session(log)
         self._named: set[str] = set()
-        # The transactions this call asked to commit (id, producer id, epoch): the batches they
-        # belong to are proven from the log by this call's check (`_first_looks`).
-        self._commits_sent: set[TxnKey] = set()
-        self._looked_here: set[str] = set()  # batches this call's checks have looked at
+        # The transactions (id, producer id, epoch) this call asked to commit or recorded
+        # committed: the log must prove their records ended committed (`_to_prove`) before the
+        # call reports them so or moves their source offsets. Kept per transaction, not per
+        # batch: a repair's or a copy's new transactions join a batch proven earlier in the call.
+        self._must_prove: set[TxnKey] = set()
+        self._proven: set[TxnKey] = set()  # those this call's checks have looked at
         # What the last full stranded check covered: the committed batches and the held ids.
         self._released: tuple[frozenset[tuple[str, int | None]], frozenset[str]] | None = None
 
@@ -178,6 +181,12 @@ class DriverCall:
         this call may act on the ids the record names."""
         seq = self.session.append(record)
         self._named.update(named_ids(record))
+        if isinstance(record, (Committed, Partial)):
+            # A recovery that finds the EndTxns answered already (the process before it died
+            # after sending them) records the batch committed without sending one: what it
+            # records committed is proven as what it commits is.
+            kept = self.state.batches[record.batch].committed
+            self._must_prove.update(txn_key(h) for h in kept.values())
         return seq
 
     def batch_state(self, batch: str) -> BatchState:
@@ -212,9 +221,9 @@ class DriverCall:
     def end_txns(self, requests: Sequence[EndTxnRequest]) -> dict[str, EndTxnOutcome]:
         """EndTxn for ids a record of this call names. Each commit asked is noted before it is
         sent (its answer may be lost after it committed): this call's check proves the batch from
-        the log (`_first_looks`)."""
+        the log (`_to_prove`)."""
         self._require_named((r.transactional_id for r in requests), "EndTxn")
-        self._commits_sent.update((r.transactional_id, r.producer_id, r.epoch)
+        self._must_prove.update((r.transactional_id, r.producer_id, r.epoch)
                                   for r in requests if r.commit)
         return self.control.end_txns(requests, precheck=False)
 
@@ -372,57 +381,60 @@ class DriverCall:
         wait = self.settings.stranded_wait_ms
         report = release_stranded_commits(self, committed, wait_ms=wait,
                                           grace_ms=min(STRANDED_GRACE_MS, wait), patient=patient,
-                                          prove=self._first_looks(committed, own))
-        for batch in report.looked:
-            self._looked(self.state.batches[batch])
-        self._looked_here.update(report.looked)
+                                          prove=self._to_prove(committed, own))
+        self._proven.update(k for _, k in report.looked)
+        for name in {name for name, _ in report.looked}:
+            if not self._unproven(self.state.batches[name]):
+                self._looked(self.state.batches[name])
         if only is None and recheck_held:
             self._released = self._coverage()
         return report
 
-    def _first_looks(self, batches: Sequence[BatchState], own: str | None) -> tuple[str, ...]:
-        """The batches whose records the log must prove ended committed, not only ended.
+    def _to_prove(self, batches: Sequence[BatchState], own: str | None) -> frozenset[TxnKey]:
+        """The transactions whose records the log must prove ended committed, not only ended.
 
-        Every batch this call sent EndTxn(commit) for (`end_txns`: the commit's own, a recovery's
-        roll-forward): an outside abort (`kafka-transactions.sh abort`) of a pre-committed
-        transaction writes ABORT markers to its partitions and tells the coordinator nothing,
-        which then accepts the commit; the records ended, aborted, and nothing but the log tells.
-        And the newest committed batch other than `own`, unless this process saw its markers
-        land in its own call (or proved it before): that call may have died between its
-        `committed` record and its check, and what ended its records since (an outside abort
-        after lost markers) ends them aborted. Only the newest: a batch's commit call returns
-        before the next batch's begins, and a call that fails stops the query or job until
-        recovery or the next call, which looks first."""
-        sent = tuple(b.batch for b in batches if self._commit_sent_unlooked(b))
-        if not self.first_look:
-            return sent
-        newest = max((b for b in batches if b.status in (BatchStatus.COMMITTED, BatchStatus.PARTIAL)
-                      and b.committed and b.batch != own and b.batch not in sent),
-                     key=lambda b: b.intent_seq or 0, default=None)
-        return sent + ((newest.batch,) if newest is not None and self._unlooked(newest) else ())
+        Every one this call asked to commit or recorded committed (`_must_prove`: the commit's
+        own, a recovery's roll-forward, a repair's, a copy's): an outside abort
+        (`kafka-transactions.sh abort`) of a pre-committed transaction writes ABORT markers to
+        its partitions and tells the coordinator nothing, which then accepts the commit; the
+        records ended, aborted, and nothing but the log tells. And every one of the newest
+        committed batch other than `own`, unless this process has proven it before: its call
+        may have died between its `committed` record and its check, and what ended its records
+        since (an outside abort after lost markers) ends them aborted. Only the newest: a
+        batch's commit call returns before the next batch's begins, and a call that fails stops
+        the query or job until recovery or the next call, which looks first. (A loss an
+        operator acknowledged is proven again and not raised: `acknowledged_losses`.)"""
+        keys = self._must_prove - self._proven  # the check asks only about the visible ones
+        if self.first_look:
+            newest = max((b for b in batches if b.committed and b.batch != own
+                          and b.status in (BatchStatus.COMMITTED, BatchStatus.PARTIAL)),
+                         key=lambda b: b.intent_seq or 0, default=None)
+            if newest is not None and self._unlooked(newest):
+                keys |= self._unproven(newest)
+        return frozenset(keys)
 
-    def _commit_sent_unlooked(self, batch: BatchState) -> bool:
-        """This call asked to commit one of the batch's visible transactions, and its checks
-        have not looked at the batch since."""
-        return batch.batch not in self._looked_here and any(
-            txn_key(h) in self._commits_sent for h in batch.committed.values())
+    def _unproven(self, batch: BatchState) -> frozenset[TxnKey]:
+        """The batch's visible transactions this call's checks have not proven."""
+        return frozenset(txn_key(h) for h in batch.committed.values()) - self._proven
 
     def _unlooked(self, batch: BatchState) -> bool:
-        """Neither seen nor proven by this process, nor a loss an operator acknowledged
-        (`Recovery.acknowledge_loss`): the batch needs its first look."""
-        if _first_look_done.get(self._look_key(batch)):
-            return False
-        if self.log.index.get(f"loss:{batch.batch}") is not None:
-            self._looked(batch)
-            return False
-        return True
+        """Neither seen nor proven by this process: the batch needs its first look."""
+        return not _first_look_done.get(self._look_key(batch)) and bool(self._unproven(batch))
+
+    def acknowledged_losses(self, batch: str) -> frozenset[TxnKey]:
+        """The transactions of `batch` whose loss an operator acknowledged
+        (`Recovery.acknowledge_loss`): proven aborted again, they are not raised again (a repair
+        of the batch proves its transactions anew). Read only once a loss is found."""
+        entry = self.log.index.get(f"loss:{batch}")
+        return acknowledged_in(entry, (txn_key(h) for h in self.batch_state(batch).committed.values())
+                               if entry else ())
 
     def look_at(self, batch: str) -> None:
         """The first look at one committed batch, reading only: a re-run of a committed job
         writes nothing and takes no lease (another job of the family may be running; unless its
         own dead run left one: spark/driver.py `_take_over_committed`), so it records nothing,
         yet it reports the job committed, and the run that committed it may have died before
-        its check (`_first_looks`). StrandedCommitAborted if the log proves
+        its check (`_to_prove`). StrandedCommitAborted if the log proves
         any of its committed records aborted; CommitUnverified if the log cannot answer yet (a
         leader away, or the records still held open: not visible, so not reported committed;
         `twopc recover` or the family's next job finishes the check)."""
@@ -440,13 +452,13 @@ class DriverCall:
                                        "yet that its records ended committed")
             return
         handles = [(batch, h) for _, h in sorted(state.committed.items())]
-        evidence = prove_patiently(self.control, handles)
+        evidence = without_acknowledged(self, handles, prove_patiently(self.control, handles))
         raise_losses(handles, evidence.aborted)
         if evidence.retry:
             raise CommitUnverified(batch, "the log cannot show yet that its records ended "
                                    "committed: " + "; ".join(sorted(evidence.retry.values())))
         for tid, (proof, why) in sorted(evidence.proofs.items()):
-            if proof is not HoldProof.COMMITTED:
+            if proof is HoldProof.UNPROVEN:
                 log.warning("twopc: batch %s, %s: the log cannot tell whether its committed "
                             "records ended committed (%s)", batch, tid, why)
         self._looked(state)
@@ -480,8 +492,6 @@ class DriverCall:
                                    "open and were not released: " + "; ".join(
                                        f"{n.transactional_id} {n.fate.value}: {report.why(n)}"
                                        for n in mine))
-        if own:  # its markers landed, seen by the call that sent its EndTxns
-            self._looked(self.state.batches[batch])
 
     def _coverage(self) -> tuple[frozenset[tuple[str, int | None]], frozenset[str]]:
         committed = frozenset((b.batch, b.intent_seq) for b in self.state.batches.values()
@@ -489,8 +499,12 @@ class DriverCall:
         return committed, frozenset(self.state.stranded)
 
     def _ensure_released(self) -> None:
-        # A full check since the last commit this call recorded covers every committed batch.
-        if self._released != self._coverage():
+        # A full check since the last commit this call recorded covers every committed batch,
+        # and it proved what this call committed.
+        pending = self._must_prove - self._proven
+        if self._released != self._coverage() or (pending and any(
+                txn_key(h) in pending for b in self.state.batches.values()
+                for h in b.committed.values())):
             self.release_stranded()
 
     # ---- reads ----------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from twopc.driver.recovery_report import RecoveryReport
 from twopc.driver.settle import settle
 from twopc.driver.stranded import StrandedReport, prove_holds
 from twopc.errors import ResolutionRefused
-from twopc.protocol.holds import HoldProof
+from twopc.protocol.holds import HoldProof, loss_acknowledgment
 from twopc.protocol.log_records import (
     DECISIONS,
     RESOLVE_ABORTED,
@@ -84,7 +84,7 @@ class Recovery:
         transactions. Run before any new writes; idempotent. UndecidedError if an outcome cannot
         be proven (nothing is guessed); a partly committed batch is left for its re-run.
         `first_look` False: no first look at the newest committed batch (call.py
-        `_first_looks`), for a process that never commits and runs this before every
+        `_to_prove`), for a process that never commits and runs this before every
         micro-batch (the streaming writer's planning): the committing process looks.
         `on_progress(settled, total)` follows the transactions being settled."""
         began = time.monotonic()
@@ -165,8 +165,8 @@ class Recovery:
         handles = [(batch, h) for _, h in sorted(call.batch_state(batch).committed.items())]
         evidence = prove_holds(self.control, handles)
         if evidence.retry:
-            # All of the batch's loss at once, or none: once acknowledged, checks stop looking
-            # at the batch, and a span proven aborted later would go unsaid.
+            # All of the batch's loss at once, or none: the batch is acknowledged once (the
+            # index entry is never replaced), and a span proven aborted later is raised again.
             raise ResolutionRefused(
                 f"the log cannot answer yet for some of batch {batch}'s records ("
                 + "; ".join(sorted(evidence.retry.values())) + "): ask again once every "
@@ -179,8 +179,8 @@ class Recovery:
                 f"{sorted({h.transactional_id for _, h in handles}) or 'none'}): nothing to "
                 "acknowledge; "
                 "`twopc recover` clears a hold once the log proves its records committed")
-        record = {"ids": list(lost), "note": note, "at_ms": self.settings.clock_ms(),
-                  "why": {t: proofs[t][1] for t in lost}}
+        record = loss_acknowledgment(evidence.aborted, note, self.settings.clock_ms(),
+                                     {t: proofs[t][1] for t in lost})
         try:
             self.log.index.create(f"loss:{batch}", record)
         except KeyExists as exc:

@@ -95,7 +95,8 @@ class StrandedReport:
     checked: int = 0  # handles looked at
     notes: list[StrandedNote] = field(default_factory=list)
     releases: dict[str, ReleaseResult] = field(default_factory=dict)
-    looked: tuple[str, ...] = ()  # batches of `prove` whose every span the log was asked about
+    # The transactions of `prove` the log was asked about, each with its batch.
+    looked: tuple[tuple[str, TxnKey], ...] = ()
 
     @property
     def released(self) -> tuple[str, ...]:
@@ -148,11 +149,13 @@ class Door(Protocol):
 
     def end_txns(self, requests: Sequence[EndTxnRequest]) -> dict[str, EndTxnOutcome]: ...
 
+    def acknowledged_losses(self, batch: str) -> Collection[TxnKey]: ...
+
 
 def release_stranded_commits(call: Door,
                              batches: Iterable[BatchState], *, wait_ms: int, grace_ms: int,
                              patient: Collection[str] | None = None,
-                             prove: Collection[str] = (),
+                             prove: Collection[TxnKey] = (),
                              clock: Callable[[], float] = time.monotonic) -> StrandedReport:
     """Find the committed handles of `batches` whose partitions their open transaction still holds
     back (or may: unreadable), wait (bounded) while markers may be on their way, then record and
@@ -163,9 +166,9 @@ def release_stranded_commits(call: Door,
     check (None: every batch). So a partition that cannot be read for a while costs the commits
     that do not touch it nothing but a hold.
 
-    `prove`: the batches seen for the first time since their own call may have died before its
-    check (DriverCall `_first_looks`): every span of theirs is proven committed by the log, not
-    only ended (`report.looked` names those looked at)."""
+    `prove`: the transactions (id, producer id, epoch) whose records the log must prove ended
+    committed, not only ended (DriverCall `_to_prove`): every span of theirs is asked about
+    (`report.looked` names those the check looked at)."""
     batches = list(batches)
     handles = committed_handles(batches)
     report = StrandedReport(checked=len(handles))
@@ -193,25 +196,27 @@ def release_stranded_commits(call: Door,
     # then an outside abort (`kafka-transactions.sh abort` of the hanging transaction) end them
     # too, aborted, and only the log tells the two apart. An aborted one is held from now on,
     # so that every later check proves it again and raises, until an operator acknowledges it.
-    looks = [(name, h) for name, h in handles if name in prove
+    looks = [(name, h) for name, h in handles if txn_key(h) in prove
              and h.transactional_id not in unreleased and h.transactional_id not in call.state.stranded]
     # A look the log could not answer yet (a leader away, not stable) is held too: every later
     # check proves it again, and it goes only once proven committed. Records the log no longer
     # has (retention, a re-created topic) cannot be proven either way: said, not held.
-    first_look = prove_holds(control, looks) if looks else HoldEvidence({}, {})
+    first_look = without_acknowledged(call, looks, prove_holds(control, looks) if looks
+                                      else HoldEvidence({}, {}))
     for name, h in looks:
         tid = h.transactional_id
         lost = first_look.aborted.get(txn_key(h))
         if lost is not None:
             unreleased.setdefault(tid, (name, f"the log proves its committed records aborted: {lost}"))
         elif tid in first_look.retry:
-            unreleased.setdefault(tid, (name, "the first look after a restart could not read the "
-                                        f"log yet: {first_look.retry[tid]}"))
+            unreleased.setdefault(tid, (name, "the proof that its records ended committed could "
+                                        f"not read the log yet: {first_look.retry[tid]}"))
         elif first_look.proofs[tid][0] is HoldProof.UNPROVEN:
             log.warning("twopc: batch %s, %s: the log cannot tell whether its committed records "
                         "ended committed (%s); not held", name, tid, first_look.proofs[tid][1])
     # Looked at: proven, held (later checks go on), or past proving.
-    report.looked = tuple(sorted({name for name, _ in handles if name in prove}))
+    report.looked = tuple(sorted({(name, txn_key(h)) for name, h in handles
+                                  if txn_key(h) in prove}))
     # A hold goes only once the log proves its records committed (issue 30): never silently.
     candidates = to_prove(call.state, (h for _, h in handles), unreleased)
     evidence = prove_holds(control,
@@ -242,6 +247,25 @@ def _await_own_markers(control: ControlClient, batches: Sequence[BatchState],
     own = _latest_of(b for b in batches if b.batch in patient)
     waiting = {tp: first for tp, first in own.items() if tp in lso and lso[tp] <= first}
     return control.wait_stable(waiting, extra) if waiting and extra > 0 else {}
+
+
+def without_acknowledged(call: Door, looks: Sequence[tuple[str, Handle]],
+                         evidence: HoldEvidence) -> HoldEvidence:
+    """`evidence` without the losses an operator acknowledged already (a repair of the batch
+    proves its transactions anew): said again in the log, not raised or held again, or the
+    batch could never be acknowledged past (an acknowledgment is made once)."""
+    if not evidence.aborted:
+        return evidence
+    acknowledged: set[TxnKey] = set()
+    for name in sorted({name for name, h in looks if txn_key(h) in evidence.aborted}):
+        acknowledged.update(k for k in call.acknowledged_losses(name) if k in evidence.aborted)
+    for k in sorted(acknowledged):
+        log.warning("twopc: %s (producer id %d, epoch %d): committed records proven aborted, "
+                    "a loss an operator acknowledged: %s", *k, evidence.aborted[k])
+    if not acknowledged:
+        return evidence
+    return HoldEvidence(evidence.proofs, {k: v for k, v in evidence.aborted.items()
+                                          if k not in acknowledged}, evidence.retry)
 
 
 def raise_losses(handles: Sequence[tuple[str, Handle]], aborted: Mapping[TxnKey, str]) -> None:

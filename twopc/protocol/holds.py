@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
+from typing import Any
 
 from twopc.protocol.enums import TextEnum
 from twopc.protocol.handle import Handle, PartitionSpan
 from twopc.protocol.log_records import Stranded
-from twopc.protocol.state import BatchState, BatchStatus, LogState, txn_key
+from twopc.protocol.state import BatchState, BatchStatus, LogState, TxnKey, txn_key
 from twopc.protocol.verdicts import Fate, Verdict
 
 TopicPartition = tuple[str, int]
@@ -106,6 +107,28 @@ def proof_of(verdicts: Iterable[Verdict]) -> HoldProof:
     if fates and all(f is Fate.COMMITTED for f in fates):
         return HoldProof.COMMITTED
     return HoldProof.UNPROVEN
+
+
+def loss_acknowledgment(lost: Iterable[TxnKey], note: str, at_ms: int,
+                        why: Mapping[str, str]) -> dict[str, Any]:
+    """The index entry of an operator's acknowledgment of a batch's loss (never purged): the
+    transactions (id, producer id, epoch) the log proved aborted, who decided and why."""
+    keys = sorted(set(lost))
+    return {"ids": sorted({k[0] for k in keys}), "keys": [list(k) for k in keys], "note": note,
+            "at_ms": at_ms, "why": dict(why)}
+
+
+def acknowledged_in(entry: Mapping[str, Any] | None, visible: Iterable[TxnKey]
+                    ) -> frozenset[TxnKey]:
+    """The transactions an acknowledgment entry covers among its batch's `visible` ones. An
+    entry written before it named them (ids only) covers each visible transaction of an id it
+    names: that loss was acknowledged, and a batch cannot be acknowledged twice."""
+    if not entry:
+        return frozenset()
+    if "keys" in entry:
+        return frozenset((str(t), int(p), int(e)) for t, p, e in entry["keys"])
+    ids = set(entry.get("ids", ()))
+    return frozenset(k for k in visible if k[0] in ids)
 
 
 def to_prove(state: LogState, checked: Iterable[Handle],

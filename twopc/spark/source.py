@@ -193,7 +193,7 @@ class Kafka2pcDataSource(DataSource):
         owner = Owner.query(query_id_from_spark_checkpoint(config.spark_checkpoint), config.prefix)
         if not _constructed_for_commit():
             # This planning process runs before every micro-batch and never commits: the first
-            # look at the newest committed batch (twopc/driver/call.py `_first_looks`) would cost
+            # look at the newest committed batch (twopc/driver/call.py `_to_prove`) would cost
             # a Fetch per span each time; the committing process makes it once.
             prepare(config, owner, first_look=False)
         return StreamWriter(config, owner)
