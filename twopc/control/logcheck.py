@@ -1,12 +1,15 @@
 """The exact log check (docs/design.md section 4): what the log itself says became of a transaction.
 
-Given what one read_committed Fetch at the transaction's first offset returned, decide: committed,
-aborted, not yet stable, or unknown with a reason. Pure: the fetch is done by the client.
+Given what one read_committed Fetch at or below the transaction's first offset returned, decide:
+committed, aborted, not yet stable, or unknown with a reason. Pure: the fetch is done by the
+client. One fetch answers for every span of a partition that its returned batches reach
+(`decide_spans`); the rule that keeps that sound is at `decide`.
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from twopc.control.record_batches import BatchHeader
@@ -25,6 +28,11 @@ class FetchProbe:
     log_start_offset: int
     aborted_transactions: tuple[tuple[int, int], ...]  # (producer id, first offset)
     first_batch: BatchHeader | None
+    # Where the fetch started, when below `offset` (None: at `offset`), and the control batches
+    # (producer id, base offset) it returned below `first_batch`: the aborted list then also
+    # names earlier transactions, and only their markers tell them from ours.
+    fetch_offset: int | None = None
+    markers: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -112,10 +120,64 @@ def decide(probe: FetchProbe, producer_id: int, epoch: int) -> LogCheckResult:
     if not batch.transactional or batch.control:
         return _unknown(UnknownReason.NOT_TRANSACTIONAL, f"attributes {batch.attributes:#x}",
                         probe)
-    # An aborted entry for our producer that starts at or before our batch covers it: producers
-    # run one transaction at a time, and the broker lists only aborted transactions that reach
-    # into the fetched range.
+    # The broker lists every aborted transaction whose marker is at or after the fetch offset F
+    # (TransactionIndex.collectAbortedTxns: lastOffset >= fetchOffset), by producer id and first
+    # offset only. A producer id runs one transaction at a time in a partition and each ends
+    # with a control batch of that id, so an entry of ours that starts at or before our batch
+    # is our transaction unless a marker of ours lies between its start and our batch: then it
+    # is an earlier transaction (an aborted attempt, a transaction-version-2 epoch before),
+    # whose marker, being at or after F, is in the contiguous data returned from F. With F at
+    # our batch no such marker can be in range: the rule before ranged fetches.
+    start = offset if probe.fetch_offset is None else probe.fetch_offset
     for pid, first in probe.aborted_transactions:
-        if pid == producer_id and first <= batch.base_offset:
+        if pid != producer_id or first > batch.base_offset:
+            continue
+        ended = any(m_pid == pid and max(first, start) <= m_base < batch.base_offset
+                    for m_pid, m_base in probe.markers)
+        if not ended:
             return LogCheckResult(LogOutcome.ABORTED, None, f"aborted from offset {first}", probe)
     return LogCheckResult(LogOutcome.COMMITTED, None, "", probe)
+
+
+@dataclass(frozen=True)
+class RangeAnswer:
+    """What a read_committed Fetch of one partition from `fetch_offset` returned: every batch
+    header, in log order (the last batch may be cut short; its header is whole)."""
+
+    topic: str
+    partition: int
+    fetch_offset: int
+    error: str | None
+    last_stable_offset: int
+    high_watermark: int
+    log_start_offset: int
+    aborted_transactions: tuple[tuple[int, int], ...]
+    batches: tuple[BatchHeader, ...]
+
+
+def probe_at(answer: RangeAnswer, offset: int) -> FetchProbe | None:
+    """The probe this answer is for a span at `offset` (>= the fetch offset), as a fetch at the
+    span itself would have returned its first batch; None when the span lies past the returned
+    batches below the last stable offset: only a fetch from further on can answer it."""
+    batch = next((b for b in answer.batches if b.last_offset >= offset), None)
+    if (batch is None and answer.error is None and offset != answer.fetch_offset
+            and offset < answer.last_stable_offset):
+        return None
+    markers = tuple((b.producer_id, b.base_offset) for b in answer.batches
+                    if batch is not None and b.control and b.base_offset < batch.base_offset)
+    return FetchProbe(answer.topic, answer.partition, offset, answer.error,
+                      answer.last_stable_offset, answer.high_watermark, answer.log_start_offset,
+                      answer.aborted_transactions, batch, answer.fetch_offset, markers)
+
+
+def decide_spans(answer: RangeAnswer, spans: Sequence[tuple[int, int, int]]
+                 ) -> list[LogCheckResult | None]:
+    """`decide` for each span (offset, producer id, epoch) at or after the fetch offset, from one
+    answer; None for a span the answer does not reach (fetch again from its offset)."""
+    out: list[LogCheckResult | None] = []
+    for offset, producer_id, epoch in spans:
+        if offset < answer.fetch_offset:
+            raise ValueError(f"span at {offset} is below the fetch offset {answer.fetch_offset}")
+        probe = probe_at(answer, offset)
+        out.append(None if probe is None else decide(probe, producer_id, epoch))
+    return out
