@@ -115,7 +115,8 @@ def logs(draw: st.DrawFn) -> Log:
     """A partition's log written by a few producer ids, each one transaction at a time: epochs
     that stay (transaction version 1) or bump per transaction (version 2, or a fenced attempt),
     commits and aborts (an abort may land while the producer believes it is still open, as an
-    outside abort does), plain idempotent batches between, and transactions left open."""
+    outside abort does), markers that end nothing, plain idempotent batches between, and
+    transactions left open."""
     pids = [11, 12, 13]
     epoch = dict.fromkeys(pids, 0)
     open_: dict[int, list[int]] = {}  # pid -> data batch bases
@@ -143,6 +144,11 @@ def logs(draw: st.DrawFn) -> Log:
             fate = draw(st.sampled_from(["commit", "abort"]))
             batches.append(header(offset, 1, pid, epoch[pid], 0x30))
             txns.append(Txn(pid, epoch[pid], first[pid], tuple(open_.pop(pid)), fate, offset))
+            offset += 1
+        elif draw(st.booleans()):
+            # A marker that ends nothing (a release's commit, an outside abort's, arriving where
+            # the producer id has no open transaction): Kafka indexes no aborted entry for it.
+            batches.append(header(offset, 1, pid, epoch[pid], 0x30))
             offset += 1
     for pid, bases in open_.items():
         txns.append(Txn(pid, epoch[pid], first[pid], tuple(bases), "open", None))
