@@ -8,6 +8,7 @@ client. One fetch answers for every span of a partition that its returned batche
 
 from __future__ import annotations
 
+import bisect
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -159,15 +160,34 @@ def probe_at(answer: RangeAnswer, offset: int) -> FetchProbe | None:
     """The probe this answer is for a span at `offset` (>= the fetch offset), as a fetch at the
     span itself would have returned its first batch; None when the span lies past the returned
     batches below the last stable offset: only a fetch from further on can answer it."""
-    batch = next((b for b in answer.batches if b.last_offset >= offset), None)
-    if (batch is None and answer.error is None and offset != answer.fetch_offset
-            and offset < answer.last_stable_offset):
-        return None
-    markers = tuple((b.producer_id, b.base_offset) for b in answer.batches
-                    if batch is not None and b.control and b.base_offset < batch.base_offset)
-    return FetchProbe(answer.topic, answer.partition, offset, answer.error,
-                      answer.last_stable_offset, answer.high_watermark, answer.log_start_offset,
-                      answer.aborted_transactions, batch, answer.fetch_offset, markers)
+    return _Reach(answer).probe(offset)
+
+
+class _Reach:
+    """An answer's batches indexed for many spans: the batch reaching an offset by bisection,
+    the markers below it as a prefix (a check of thousands of spans stays n log n)."""
+
+    def __init__(self, answer: RangeAnswer) -> None:
+        self.answer = answer
+        self.lasts = [b.last_offset for b in answer.batches]
+        self.markers: list[tuple[int, int]] = []
+        self.markers_before: list[int] = []  # per batch: how many control batches precede it
+        for b in answer.batches:
+            self.markers_before.append(len(self.markers))
+            if b.control:
+                self.markers.append((b.producer_id, b.base_offset))
+
+    def probe(self, offset: int) -> FetchProbe | None:
+        a = self.answer
+        i = bisect.bisect_left(self.lasts, offset)
+        batch = a.batches[i] if i < len(a.batches) else None
+        if (batch is None and a.error is None and offset != a.fetch_offset
+                and offset < a.last_stable_offset):
+            return None
+        markers = () if batch is None else tuple(self.markers[:self.markers_before[i]])
+        return FetchProbe(a.topic, a.partition, offset, a.error, a.last_stable_offset,
+                          a.high_watermark, a.log_start_offset, a.aborted_transactions, batch,
+                          a.fetch_offset, markers)
 
 
 def decide_spans(answer: RangeAnswer, spans: Sequence[tuple[int, int, int]]
@@ -175,9 +195,10 @@ def decide_spans(answer: RangeAnswer, spans: Sequence[tuple[int, int, int]]
     """`decide` for each span (offset, producer id, epoch) at or after the fetch offset, from one
     answer; None for a span the answer does not reach (fetch again from its offset)."""
     out: list[LogCheckResult | None] = []
+    reach = _Reach(answer)
     for offset, producer_id, epoch in spans:
         if offset < answer.fetch_offset:
             raise ValueError(f"span at {offset} is below the fetch offset {answer.fetch_offset}")
-        probe = probe_at(answer, offset)
+        probe = reach.probe(offset)
         out.append(None if probe is None else decide(probe, producer_id, epoch))
     return out
