@@ -324,24 +324,64 @@ async def log_checks(cluster: Cluster, checks: Sequence[LogCheckRequest],
             by_partition.setdefault((c.topic, c.partition, c.topic_id), []).append(i)
     batcher = FetchBatcher(cluster)
 
+    spread = asyncio.Semaphore(64)
+
     async def partition(topic: str, index: int, topic_id: str | None, asked: list[int]) -> None:
         tid = uuid.UUID(topic_id) if topic_id else None
         pending = sorted(asked, key=lambda i: checks[i].offset)
-        alone = False
-        try:
-            while pending:
-                at = checks[pending[0]].offset
+        shared = [True]  # this partition's lowest fetch still goes in the leader's request
+
+        async def ranged(at: int, lowest: bool) -> RangeAnswer | None:
+            """The answer of a fetch from `at`; None: out of range."""
+            while True:
+                via = batcher if lowest and shared[0] else None
                 try:
-                    code, p = await fetch_raw(cluster, topic, index, at, tid, SPANS_MAX_BYTES,
-                                              budget_s=budget_s, via=None if alone else batcher)
+                    if via is None:
+                        async with spread:
+                            code, p = await fetch_raw(cluster, topic, index, at, tid,
+                                                      SPANS_MAX_BYTES, budget_s=budget_s)
+                    else:
+                        code, p = await fetch_raw(cluster, topic, index, at, tid,
+                                                  SPANS_MAX_BYTES, budget_s=budget_s, via=via)
                 except e.ControlError:
-                    if alone:
+                    if via is None:
                         raise
                     # A shared request that failed as a whole (an answer that cannot be read)
                     # is no verdict on this partition: asked alone, its own answer counts.
-                    alone = True
+                    shared[0] = False
                     continue
                 if code == e.ERROR_CODES["OFFSET_OUT_OF_RANGE"]:
+                    return None
+                headers = tuple(batch_headers(p.records)) if p is not None and p.records else ()
+                if (via is not None and code == 0 and p is not None and not headers
+                        and at < p.last_stable_offset):
+                    # Sharing a request, a partition gets nothing when its first batch does not
+                    # fit in what the earlier partitions left (ReplicaManager: only the first
+                    # partition with data gets a batch larger than its limit): alone, it does.
+                    shared[0] = False
+                    continue
+                return RangeAnswer(
+                    topic, index, at, None if code == 0 else e.error_name(code),
+                    p.last_stable_offset if p else -1, p.high_watermark if p else -1,
+                    p.log_start_offset if p else -1,
+                    tuple(p.aborted_transactions or ()) if p else (), headers)
+
+        stride = 0
+        try:
+            while pending:
+                # Spans far apart (large transactions) are not reached by one answer: once the
+                # first answer shows how many it reaches, later rounds also fetch from every
+                # stride-th span at once, as many fetches as before in flight.
+                starts = pending[:1] if stride == 0 else pending[::stride][:16]
+                got = await asyncio.gather(
+                    *(ranged(checks[i].offset, k == 0) for k, i in enumerate(starts)),
+                    return_exceptions=True)
+                for r in got:
+                    if isinstance(r, BaseException) and (
+                            r is got[0] or not isinstance(r, e.ControlError)):
+                        raise r
+                answers = [r for r in got if not isinstance(r, BaseException)]
+                if any(r is None for r in answers):
                     # Below the log start or past its end: each span asked alone, as ever.
                     for i in pending:
                         c = checks[i]
@@ -352,24 +392,18 @@ async def log_checks(cluster: Cluster, checks: Sequence[LogCheckRequest],
                         except e.ControlError as exc:
                             out[i] = _failed(exc)
                     return
-                headers = tuple(batch_headers(p.records)) if p is not None and p.records else ()
-                if (code == 0 and p is not None and not headers and not alone
-                        and at < p.last_stable_offset):
-                    # Sharing a request, a partition gets nothing when its first batch does not
-                    # fit in what the earlier partitions left (ReplicaManager: only the first
-                    # partition with data gets a batch larger than its limit): alone, it does.
-                    alone = True
-                    continue
-                answer = RangeAnswer(
-                    topic, index, at, None if code == 0 else e.error_name(code),
-                    p.last_stable_offset if p else -1, p.high_watermark if p else -1,
-                    p.log_start_offset if p else -1,
-                    tuple(p.aborted_transactions or ()) if p else (), headers)
-                verdicts = decide_spans(answer, [(checks[i].offset, checks[i].producer_id,
-                                                  checks[i].epoch) for i in pending])
-                for i, verdict in zip(pending, verdicts, strict=True):
-                    out[i] = verdict
-                pending = [i for i, v in zip(pending, verdicts, strict=True) if v is None]
+                for k, answer in enumerate(r for r in answers if r is not None):
+                    here = [i for i in pending if checks[i].offset >= answer.fetch_offset]
+                    verdicts = decide_spans(answer, [(checks[i].offset, checks[i].producer_id,
+                                                      checks[i].epoch) for i in here])
+                    reached = 0
+                    for i, verdict in zip(here, verdicts, strict=True):
+                        if verdict is not None:
+                            out[i] = verdict
+                            reached += 1
+                    if k == 0:
+                        stride = max(reached, 1)
+                    pending = [i for i in pending if out[i] is None]
         except e.ControlError as exc:  # this partition's spans are unknown; the others count
             for i in pending:
                 out[i] = _failed(exc)
