@@ -87,10 +87,12 @@ class FetchBatcher:
                                         isolation=self._isolation)
             top, parts = pm.decode_fetch_many(version, await conn.request(ApiKey.FETCH, version,
                                                                           body))
-        except Exception as exc:  # every partition of the request sees its failure
+        except BaseException as exc:  # every partition of the request sees its failure
             for *_, future in waiting:
                 if not future.done():
                     future.set_exception(exc)
+            if not isinstance(exc, Exception):  # cancelled: its callers are told, then it ends
+                raise
             return
         answers = {(topic, p.partition): p for topic, p in parts}
         for target, (*_, future) in zip(targets, waiting, strict=True):
