@@ -209,3 +209,40 @@ def test_init_producer_id_and_sasl() -> None:
     auth = m.decode_sasl_authenticate(2, Reader(Writer(True).int16(58).string("bad").blob(b"")
                                                 .int64(0).tags().getvalue(), True))
     assert (auth.error_code, auth.error_message) == (58, "bad")
+
+
+@pytest.mark.parametrize("version", [12, 13])
+def test_a_fetch_of_many_partitions_groups_them_by_topic(version: int) -> None:
+    a, b = (uuid.uuid4(), uuid.uuid4()) if version >= 13 else ("a", "b")
+    targets = [pm.FetchTarget(a, 0, 10, 100), pm.FetchTarget(b, 2, 20, 200),
+               pm.FetchTarget(a, 1, 30, 300)]
+    req = Reader(pm.encode_fetch_many(version, targets, 600), True)
+    assert [req.int32() for _ in range(4)] == [-1, 0, 1, 600]
+    req.int8(), req.int32(), req.int32()
+    seen: list[tuple[object, int, int, int]] = []
+
+    def part(r: Reader, topic: object) -> None:
+        index, _, offset = r.int32(), r.int32(), r.int64()
+        r.int32(), r.int64()
+        seen.append((topic, index, offset, r.int32()))
+        r.tags()
+
+    def topic(r: Reader) -> None:
+        name = r.uuid() if version >= 13 else r.string()
+        r.array(lambda pr: part(pr, name))
+        r.tags()
+
+    req.array(topic)
+    assert seen == [(a, 0, 10, 100), (a, 1, 30, 300), (b, 2, 20, 200)]
+
+    def answer(w: Writer, item: tuple[object, int, int]) -> None:
+        name, index, lso = item
+        (w.uuid(name) if isinstance(name, uuid.UUID) else w.string(str(name)))
+        w.array([0], lambda pw, _: pw.int32(index).int16(0).int64(lso).int64(lso).int64(0)
+                .array([], lambda x, y: None).int32(-1).blob(b"").tags()).tags()
+
+    raw = (Writer(True).int32(0).int16(0).int32(0)
+           .array([(a, 0, 5), (b, 2, 6)], answer).tags().getvalue())
+    top, parts = pm.decode_fetch_many(version, Reader(raw, True))
+    assert top == 0 and [(t, p.partition, p.last_stable_offset) for t, p in parts] == [
+        (a, 0, 5), (b, 2, 6)]

@@ -29,8 +29,6 @@ from twopc.control.logcheck import (
     FetchProbe,
     LogCheckRequest,
     LogCheckResult,
-    LogOutcome,
-    UnknownReason,
 )
 from twopc.control.messages import ApiKey, TopicInfo
 from twopc.control.outcomes import (
@@ -307,35 +305,14 @@ class ControlClient:
 
     def log_checks(self, checks: Sequence[LogCheckRequest], budget_s: float | None = None
                    ) -> list[LogCheckResult]:
-        """`log_check` of each of `checks`, in flight together (at most 64 at once): what the
-        check of a batch's every span after a restart costs is a few round trips, not one per
-        span. Answers in the order asked; a check that fails (no leader found, an error answer)
-        answers UNKNOWN (FETCH_ERROR) for its span only, naming what failed."""
-        async def run() -> list[LogCheckResult]:
-            gate = asyncio.Semaphore(64)
-            # The recorded topic ids are checked against one Metadata request for all the spans
-            # (one per span cost a whole metadata answer each: 2 per transaction in a recovery of
-            # 3,000). Each fetch still names the topic id, so a topic re-created after this read
-            # answers UNKNOWN_TOPIC_ID there, as before.
-            named = {c.topic for c in checks if c.topic_id is not None}
-            try:
-                now = await pa.current_topic_ids(self._cluster, named) if named else {}
-            except e.ControlError as exc:
-                failed = f"{type(exc).__name__}: {exc}"[:500]
-                return [LogCheckResult(LogOutcome.UNKNOWN, UnknownReason.FETCH_ERROR, failed)
-                        for _ in checks]
-
-            async def one(c: LogCheckRequest) -> LogCheckResult:
-                async with gate:
-                    try:
-                        return await pa.log_check_seen(
-                            self._cluster, c.topic, c.partition, c.offset, c.producer_id, c.epoch,
-                            c.topic_id, now.get(c.topic), budget_s)
-                    except e.ControlError as exc:  # this span is unknown; the others still count
-                        return LogCheckResult(LogOutcome.UNKNOWN, UnknownReason.FETCH_ERROR,
-                                              f"{type(exc).__name__}: {exc}"[:500])
-            return list(await asyncio.gather(*(one(c) for c in checks)))
-        return self._call(run()) if checks else []
+        """`log_check` of each of `checks`, all together: one read_committed fetch per partition
+        from its lowest span answers every span its batches reach (the rest are fetched again
+        from the first one not reached), and the partitions of one leader share each Fetch
+        request; what the check of a batch's every span costs is a round trip or two, not one
+        per span. Answers in the order asked; a partition whose fetch fails (no leader found, an
+        error answer) answers UNKNOWN (FETCH_ERROR) for its own spans only, naming what
+        failed."""
+        return self._call(pa.log_checks(self._cluster, list(checks), budget_s)) if checks else []
 
     def read_transaction(self, topic: str, partition: int, first_offset: int, producer_id: int,
                          epoch: int, topic_id: str | None, expected: int,

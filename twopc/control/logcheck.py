@@ -1,12 +1,16 @@
 """The exact log check (docs/design.md section 4): what the log itself says became of a transaction.
 
-Given what one read_committed Fetch at the transaction's first offset returned, decide: committed,
-aborted, not yet stable, or unknown with a reason. Pure: the fetch is done by the client.
+Given what one read_committed Fetch at or below the transaction's first offset returned, decide:
+committed, aborted, not yet stable, or unknown with a reason. Pure: the fetch is done by the
+client. One fetch answers for every span of a partition that its returned batches reach
+(`decide_spans`); the rule that keeps that sound is at `decide`.
 """
 
 from __future__ import annotations
 
+import bisect
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from twopc.control.record_batches import BatchHeader
@@ -25,6 +29,11 @@ class FetchProbe:
     log_start_offset: int
     aborted_transactions: tuple[tuple[int, int], ...]  # (producer id, first offset)
     first_batch: BatchHeader | None
+    # Where the fetch started, when below `offset` (None: at `offset`), and the control batches
+    # (producer id, base offset) it returned below `first_batch`: the aborted list then also
+    # names earlier transactions, and only their markers tell them from ours.
+    fetch_offset: int | None = None
+    markers: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -112,10 +121,84 @@ def decide(probe: FetchProbe, producer_id: int, epoch: int) -> LogCheckResult:
     if not batch.transactional or batch.control:
         return _unknown(UnknownReason.NOT_TRANSACTIONAL, f"attributes {batch.attributes:#x}",
                         probe)
-    # An aborted entry for our producer that starts at or before our batch covers it: producers
-    # run one transaction at a time, and the broker lists only aborted transactions that reach
-    # into the fetched range.
+    # The broker lists every aborted transaction whose marker is at or after the fetch offset F
+    # (TransactionIndex.collectAbortedTxns: lastOffset >= fetchOffset), by producer id and first
+    # offset only. A producer id runs one transaction at a time in a partition and each ends
+    # with a control batch of that id, so an entry of ours that starts at or before our batch
+    # is our transaction unless a marker of ours lies between its start and our batch: then it
+    # is an earlier transaction (an aborted attempt, a transaction-version-2 epoch before),
+    # whose marker, being at or after F, is in the contiguous data returned from F. With F at
+    # our batch no such marker can be in range: the rule before ranged fetches.
+    start = offset if probe.fetch_offset is None else probe.fetch_offset
     for pid, first in probe.aborted_transactions:
-        if pid == producer_id and first <= batch.base_offset:
+        if pid != producer_id or first > batch.base_offset:
+            continue
+        ended = any(m_pid == pid and max(first, start) <= m_base < batch.base_offset
+                    for m_pid, m_base in probe.markers)
+        if not ended:
             return LogCheckResult(LogOutcome.ABORTED, None, f"aborted from offset {first}", probe)
     return LogCheckResult(LogOutcome.COMMITTED, None, "", probe)
+
+
+@dataclass(frozen=True)
+class RangeAnswer:
+    """What a read_committed Fetch of one partition from `fetch_offset` returned: every batch
+    header, in log order (the last batch may be cut short; its header is whole)."""
+
+    topic: str
+    partition: int
+    fetch_offset: int
+    error: str | None
+    last_stable_offset: int
+    high_watermark: int
+    log_start_offset: int
+    aborted_transactions: tuple[tuple[int, int], ...]
+    batches: tuple[BatchHeader, ...]
+
+
+def probe_at(answer: RangeAnswer, offset: int) -> FetchProbe | None:
+    """The probe this answer is for a span at `offset` (>= the fetch offset), as a fetch at the
+    span itself would have returned its first batch; None when the span lies past the returned
+    batches below the last stable offset: only a fetch from further on can answer it."""
+    return _Reach(answer).probe(offset)
+
+
+class _Reach:
+    """An answer's batches indexed for many spans: the batch reaching an offset by bisection,
+    the markers below it as a prefix (a check of thousands of spans stays n log n)."""
+
+    def __init__(self, answer: RangeAnswer) -> None:
+        self.answer = answer
+        self.lasts = [b.last_offset for b in answer.batches]
+        self.markers: list[tuple[int, int]] = []
+        self.markers_before: list[int] = []  # per batch: how many control batches precede it
+        for b in answer.batches:
+            self.markers_before.append(len(self.markers))
+            if b.control:
+                self.markers.append((b.producer_id, b.base_offset))
+
+    def probe(self, offset: int) -> FetchProbe | None:
+        a = self.answer
+        i = bisect.bisect_left(self.lasts, offset)
+        batch = a.batches[i] if i < len(a.batches) else None
+        if (batch is None and a.error is None and offset != a.fetch_offset
+                and offset < a.last_stable_offset):
+            return None
+        markers = () if batch is None else tuple(self.markers[:self.markers_before[i]])
+        return FetchProbe(a.topic, a.partition, offset, a.error, a.last_stable_offset,
+                          a.high_watermark, a.log_start_offset, a.aborted_transactions, batch,
+                          a.fetch_offset, markers)
+
+
+def decide_spans(answer: RangeAnswer, spans: Sequence[tuple[int, int, int]]
+                 ) -> list[LogCheckResult | None]:
+    """`decide` for each span (offset, producer id, epoch) at or after the fetch offset, from one
+    answer; None for a span the answer does not reach (fetch again from its offset)."""
+    out: list[LogCheckResult | None] = []
+    reach = _Reach(answer)
+    for offset, producer_id, epoch in spans:
+        if offset < answer.fetch_offset:
+            raise ValueError(f"span at {offset} is below the fetch offset {answer.fetch_offset}")
+        probe = reach.probe(offset)
+        out.append(None if probe is None else decide(probe, producer_id, epoch))
+    return out

@@ -26,37 +26,69 @@ class FetchPartition:
     records: bytes | None
 
 
+@dataclass(frozen=True)
+class FetchTarget:
+    """One partition of a Fetch request: its topic (by name up to v12, by id from v13), where to
+    start, and at most how many bytes past the first batch."""
+
+    topic: str | uuid.UUID
+    partition: int
+    offset: int
+    max_bytes: int
+
+
 def encode_fetch(version: int, topic: str | uuid.UUID, partition: int, offset: int,
                  max_bytes: int, leader_epoch: int = -1,
                  isolation: int = ISOLATION_READ_COMMITTED) -> bytes:
     """A one-partition, session-less fetch that does not wait for data (read_committed unless
     `isolation` says otherwise)."""
+    return encode_fetch_many(version, [FetchTarget(topic, partition, offset, max_bytes)],
+                             max_bytes, leader_epoch, isolation)
+
+
+def encode_fetch_many(version: int, targets: Sequence[FetchTarget], max_bytes: int,
+                      leader_epoch: int = -1,
+                      isolation: int = ISOLATION_READ_COMMITTED) -> bytes:
+    """A session-less fetch of many partitions that does not wait for data; `max_bytes` bounds
+    the whole answer (the broker still returns the first partition's first batch whole)."""
+    by_topic: dict[str | uuid.UUID, list[FetchTarget]] = {}
+    for t in targets:
+        if version >= 13 and not isinstance(t.topic, uuid.UUID):
+            raise ValueError("Fetch v13+ addresses topics by id")
+        if version < 13 and not isinstance(t.topic, str):
+            raise ValueError("Fetch v12 addresses topics by name")
+        by_topic.setdefault(t.topic, []).append(t)
     w = Writer(True)
     w.int32(-1).int32(0).int32(1).int32(max_bytes).int8(isolation)
     w.int32(0).int32(-1)  # no fetch session
 
-    def part(pw: Writer, _: int) -> None:
-        pw.int32(partition).int32(leader_epoch).int64(offset).int32(-1).int64(-1).int32(max_bytes)
-        pw.tags()
+    def part(pw: Writer, t: FetchTarget) -> None:
+        pw.int32(t.partition).int32(leader_epoch).int64(t.offset).int32(-1).int64(-1)
+        pw.int32(t.max_bytes).tags()
 
-    def one_topic(tw: Writer, t: str | uuid.UUID) -> None:
-        if version >= 13:
-            if not isinstance(t, uuid.UUID):
-                raise ValueError("Fetch v13+ addresses topics by id")
-            tw.uuid(t)
+    def one_topic(tw: Writer, item: tuple[str | uuid.UUID, list[FetchTarget]]) -> None:
+        topic, parts = item
+        if isinstance(topic, uuid.UUID):
+            tw.uuid(topic)
         else:
-            if not isinstance(t, str):
-                raise ValueError("Fetch v12 addresses topics by name")
-            tw.string(t)
-        tw.array([0], part).tags()
+            tw.string(topic)
+        tw.array(parts, part).tags()
 
-    w.array([topic], one_topic)
+    w.array(list(by_topic.items()), one_topic)
     w.array([], Writer.int32)  # forgotten topics
     w.string("")  # rack id
     return w.tags().getvalue()
 
 
 def decode_fetch(version: int, r: Reader) -> tuple[int, list[FetchPartition]]:
+    top, found = decode_fetch_many(version, r)
+    return top, [p for _, p in found]
+
+
+def decode_fetch_many(version: int, r: Reader
+                      ) -> tuple[int, list[tuple[str | uuid.UUID, FetchPartition]]]:
+    """(top-level error code, each partition answered with its topic: a name up to v12, an id
+    from v13)."""
     r.int32()
     top_error = r.int16()
     r.int32()  # session id
@@ -75,14 +107,11 @@ def decode_fetch(version: int, r: Reader) -> tuple[int, list[FetchPartition]]:
         return FetchPartition(index, error, hw, lso, lso_start,
                               None if aborted_txns is None else tuple(aborted_txns), records)
 
-    parts: list[FetchPartition] = []
+    parts: list[tuple[str | uuid.UUID, FetchPartition]] = []
 
     def topic(t: Reader) -> None:
-        if version >= 13:
-            t.uuid()
-        else:
-            t.string()
-        parts.extend(t.array(part))
+        name: str | uuid.UUID = t.uuid() if version >= 13 else t.string()
+        parts.extend((name, p) for p in t.array(part))
         expect_end(t)
 
     r.array(topic)
