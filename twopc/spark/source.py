@@ -194,7 +194,7 @@ class Kafka2pcDataSource(DataSource):
         if not _constructed_for_commit():
             # This planning process runs before every micro-batch and never commits: the first
             # look at the newest committed batch (twopc/driver/call.py `_to_prove`) would cost
-            # a Fetch per span each time; the committing process makes it once.
+            # Fetches of its spans each time; the committing process makes it once.
             prepare(config, owner, first_look=False)
         return StreamWriter(config, owner)
 
