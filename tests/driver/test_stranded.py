@@ -576,3 +576,31 @@ def test_acknowledging_a_loss_keeps_the_hold_of_another_batch_on_the_same_id(
     assert coord.recovery.acknowledge_loss("job-1", "test: handled") == ("q-1-0",)
     hold = Session(coord.log).state.stranded["q-1-0"]
     assert hold.batches == ("job-2",) and hold.released
+
+
+@pytest.mark.parametrize("acknowledged", [True, False], ids=["acknowledged", "not-acknowledged"])
+def test_a_held_id_reused_after_an_acknowledged_loss_is_proven_without_it(
+        acknowledged: bool) -> None:
+    """Batch 1's transaction on q-1-0 was proven aborted and the loss acknowledged; batch 2
+    reuses the id and is held for it (a check could not read its partition). The hold's proof
+    covers every visible handle of the id, batch 1's among them: the acknowledged loss must
+    neither raise again nor keep the hold for good (a review found every later check raising and
+    the offsets stalled); a loss nobody acknowledged still raises."""
+    later = Handle("q-1-0", PID + 1, EPOCH + 2, (PartitionSpan("t", 1, 9, 9, 1),), 1, "c", 0,
+                   60000, 1, 0, 0)
+    state = fold([(0, Prepared("1", (_A, _B))), (1, Committed("1", 0, ())),
+                  (2, Prepared("2", (later,))), (3, Committed("2", 2, ())),
+                  (4, Stranded((("2", "q-1-0", "leader away"),), ()))])
+    aborted = LogCheckResult(LogOutcome.ABORTED, detail="aborted from offset 5")
+    door = _FirstLookDoor(state, {("t", 1, 5): aborted})
+    if acknowledged:
+        door.acknowledged["1"] = frozenset({txn_key(_B)})
+        release_stranded_commits(cast(Any, door), list(state.batches.values()), wait_ms=1000,
+                                 grace_ms=100)
+        assert door.state.stranded == {}
+        assert [r for r in door.appended if isinstance(r, Stranded)][-1].cleared == ("q-1-0",)
+    else:
+        with pytest.raises(StrandedCommitAborted, match="q-1-0"):
+            release_stranded_commits(cast(Any, door), list(state.batches.values()),
+                                     wait_ms=1000, grace_ms=100)
+        assert "q-1-0" in door.state.stranded

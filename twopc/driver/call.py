@@ -406,12 +406,20 @@ class DriverCall:
         operator acknowledged is proven again and not raised: `acknowledged_losses`.)"""
         keys = self._must_prove - self._proven  # the check asks only about the visible ones
         if self.first_look:
-            newest = max((b for b in batches if b.committed and b.batch != own
-                          and b.status in (BatchStatus.COMMITTED, BatchStatus.PARTIAL)),
-                         key=lambda b: b.intent_seq or 0, default=None)
+            # Newest but for the batches this call committed or recorded committed (proven as
+            # such): a recovery's roll-forward, a settling after an unclear EndTxn, must not take
+            # the first look from the batch before them, whose call may have died before its
+            # check (and memoized, it would never be looked at in this process).
+            committed = sorted((b for b in batches if b.committed and b.batch != own
+                                and b.status in (BatchStatus.COMMITTED, BatchStatus.PARTIAL)),
+                               key=lambda b: b.intent_seq or 0, reverse=True)
+            newest = next((b for b in committed if not self._recorded_here(b)), None)
             if newest is not None and self._unlooked(newest):
                 keys |= self._unproven(newest)
         return frozenset(keys)
+
+    def _recorded_here(self, batch: BatchState) -> bool:
+        return any(txn_key(h) in self._must_prove for h in batch.committed.values())
 
     def _unproven(self, batch: BatchState) -> frozenset[TxnKey]:
         """The batch's visible transactions this call's checks have not proven."""

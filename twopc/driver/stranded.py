@@ -214,13 +214,14 @@ def release_stranded_commits(call: Door,
         elif first_look.proofs[tid][0] is HoldProof.UNPROVEN:
             log.warning("twopc: batch %s, %s: the log cannot tell whether its committed records "
                         "ended committed (%s); not held", name, tid, first_look.proofs[tid][1])
-    # Looked at: proven, held (later checks go on), or past proving.
+    # Looked at: proven, held (later checks go on), or past proving; or skipped because its id
+    # is held (for this batch or another): the hold goes only once every visible handle of the
+    # id, this one among them, is proven committed, and the batch's offsets wait meanwhile.
     report.looked = tuple(sorted({(name, txn_key(h)) for name, h in handles
                                   if txn_key(h) in prove}))
     # A hold goes only once the log proves its records committed (issue 30): never silently.
     candidates = to_prove(call.state, (h for _, h in handles), unreleased)
-    evidence = prove_holds(control,
-                           [(b, h) for b, h in handles if h.transactional_id in candidates])
+    evidence = _prove_held(call, [(b, h) for b, h in handles if h.transactional_id in candidates])
     changes = hold_changes(call.state, (h for _, h in handles), unreleased,
                            {t: p for t, (p, _) in evidence.proofs.items()})
     if changes is not None:
@@ -249,23 +250,46 @@ def _await_own_markers(control: ControlClient, batches: Sequence[BatchState],
     return control.wait_stable(waiting, extra) if waiting and extra > 0 else {}
 
 
+def _acknowledged(call: Door, handles: Sequence[tuple[str, Handle]],
+                  aborted: Mapping[TxnKey, str]) -> set[TxnKey]:
+    """Which of the losses `aborted` (among `handles`) an operator acknowledged already: the
+    index is read only for the batches of a loss found, and each is said in the log."""
+    acknowledged: set[TxnKey] = set()
+    for name in sorted({name for name, h in handles if txn_key(h) in aborted}):
+        acknowledged.update(k for k in call.acknowledged_losses(name) if k in aborted)
+    for k in sorted(acknowledged):
+        log.warning("twopc: %s (producer id %d, epoch %d): committed records proven aborted, "
+                    "a loss an operator acknowledged: %s", *k, aborted[k])
+    return acknowledged
+
+
 def without_acknowledged(call: Door, looks: Sequence[tuple[str, Handle]],
                          evidence: HoldEvidence) -> HoldEvidence:
     """`evidence` without the losses an operator acknowledged already (a repair of the batch
     proves its transactions anew): said again in the log, not raised or held again, or the
     batch could never be acknowledged past (an acknowledgment is made once)."""
-    if not evidence.aborted:
-        return evidence
-    acknowledged: set[TxnKey] = set()
-    for name in sorted({name for name, h in looks if txn_key(h) in evidence.aborted}):
-        acknowledged.update(k for k in call.acknowledged_losses(name) if k in evidence.aborted)
-    for k in sorted(acknowledged):
-        log.warning("twopc: %s (producer id %d, epoch %d): committed records proven aborted, "
-                    "a loss an operator acknowledged: %s", *k, evidence.aborted[k])
+    acknowledged = _acknowledged(call, looks, evidence.aborted) if evidence.aborted else set()
     if not acknowledged:
         return evidence
     return HoldEvidence(evidence.proofs, {k: v for k, v in evidence.aborted.items()
                                           if k not in acknowledged}, evidence.retry)
+
+
+def _prove_held(call: Door, handles: Sequence[tuple[str, Handle]]) -> HoldEvidence:
+    """The proof of the held ids' visible handles, a loss an operator acknowledged left out: an
+    id reused by a later batch and held for it (its proof failed for a moment, its release was
+    cut short) is proven over every visible handle of it, the acknowledged one among them, and
+    that one must neither raise again nor keep the hold for good. An id left with nothing but
+    acknowledged losses has nothing more to prove."""
+    evidence = prove_holds(call.control, handles)
+    acknowledged = _acknowledged(call, handles, evidence.aborted) if evidence.aborted else set()
+    if not acknowledged:
+        return evidence
+    rest = [(b, h) for b, h in handles if txn_key(h) not in acknowledged]
+    evidence = prove_holds(call.control, rest) if rest else HoldEvidence({}, {})
+    for tid in {h.transactional_id for _, h in handles} - set(evidence.proofs):
+        evidence.proofs[tid] = (HoldProof.COMMITTED, "nothing but losses acknowledged")
+    return evidence
 
 
 def raise_losses(handles: Sequence[tuple[str, Handle]], aborted: Mapping[TxnKey, str]) -> None:
