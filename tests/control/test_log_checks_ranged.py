@@ -25,7 +25,7 @@ from twopc_testing.kafka_tools import abort_hanging
 from twopc.broker.under_test import KafkaUnderTest
 from twopc.control import ControlClient, LogCheckRequest, LogOutcome, UnknownReason
 from twopc.control import faults as f
-from twopc.control import partitions as pa
+from twopc.control import log_checks as lc
 
 pytestmark = pytest.mark.integration
 
@@ -162,13 +162,13 @@ def test_one_fetch_per_leader_answers_every_span_as_a_fetch_at_each_span(
     # One leader: one request for the spans named by topic id, one for the one named by name.
     assert len(plan.fired) == 2, f"Fetch requests: {len(plan.fired)}"
     # A byte limit that reaches one batch at a time: many rounds, the same verdicts.
-    limit = pa.SPANS_MAX_BYTES
-    pa.SPANS_MAX_BYTES = 1
+    limit = lc.SPANS_MAX_BYTES
+    lc.SPANS_MAX_BYTES = 1
     try:
         with f.injected(f.FaultPlan((f.Fault("FETCH", f.Action.DELAY),))) as plan:
             small = client.log_checks(checks + odd)
     finally:
-        pa.SPANS_MAX_BYTES = limit
+        lc.SPANS_MAX_BYTES = limit
     assert verdicts(small) == verdicts(alone)
     assert len(plan.fired) > 1
     # Asked in another order: answers still in the order asked.

@@ -9,7 +9,7 @@ import asyncio
 from collections.abc import Callable
 
 from twopc.control import errors as e
-from twopc.control import partitions as pa
+from twopc.control import log_checks as lc
 from twopc.control.config import settings_from_config
 from twopc.control.logcheck import LogCheckRequest, LogOutcome, UnknownReason
 from twopc.control.protocol import Reader, Writer
@@ -95,7 +95,7 @@ class FakeCluster:
 def run(conn: FakeConnection, checks: list[LogCheckRequest]) -> list[tuple[LogOutcome,
                                                                             object]]:
     async def go() -> list[tuple[LogOutcome, object]]:
-        got = await pa.log_checks(FakeCluster(conn), checks, budget_s=0.2)  # type: ignore[arg-type]
+        got = await lc.log_checks(FakeCluster(conn), checks, budget_s=0.2)  # type: ignore[arg-type]
         return [(r.outcome, r.reason) for r in got]
     return asyncio.run(go())
 

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 from twopc.control import errors as e
 from twopc.control import group_messages as gm
 from twopc.control import groups as gr
+from twopc.control import log_checks as lc
 from twopc.control import partition_messages as pm
 from twopc.control import partitions as pa
 from twopc.control import transactions as tx
@@ -312,7 +313,7 @@ class ControlClient:
         per span. Answers in the order asked; a partition whose fetch fails (no leader found, an
         error answer) answers UNKNOWN (FETCH_ERROR) for its own spans only, naming what
         failed."""
-        return self._call(pa.log_checks(self._cluster, list(checks), budget_s)) if checks else []
+        return self._call(lc.log_checks(self._cluster, list(checks), budget_s)) if checks else []
 
     def read_transaction(self, topic: str, partition: int, first_offset: int, producer_id: int,
                          epoch: int, topic_id: str | None, expected: int,
