@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from twopc_testing.kafka_tools import abort_hanging
+
 from checkpoint import Log, open_log
 from twopc.broker.under_test import KafkaUnderTest
 from twopc.control import ControlClient, TxnState
@@ -258,3 +260,14 @@ def partly_committed(scenario: Scenario, control: ControlClient) -> list[WriteRe
     assert report.batches[0].committed_partitions == [0, 1, 2]
     assert report.batches[0].lost_partitions == [3]
     return results
+
+
+def abort_from_outside(scenario: Scenario, result: WriteResult) -> Handle:
+    """Kafka's own `kafka-transactions.sh abort` of one pre-committed transaction (one span): ABORT
+    markers on its partition, the transaction coordinator not told. Returns its handle."""
+    victim = result.handle
+    assert victim is not None
+    [span] = victim.spans
+    abort_hanging(scenario.broker.bootstrap_servers, span.topic, span.partition, span.first_offset)
+    return victim
+

@@ -102,3 +102,27 @@ def test_a_batch_of_empty_partitions_fences_the_orphans(
         assert stable_group_offsets(scenario.broker.config(), group,
                                     [(source, 0), (source, 1)]) == {(source, 0): 3, (source, 1): 4}
     scenario.audit()  # nothing of batch 0 visible, nothing left open
+
+
+@pytest.mark.all_variants
+def test_a_losing_attempt_ahead_of_the_commit_on_its_partition_holds_nothing_back(
+        scenario: Scenario, control: ControlClient, make_topic: Callable[..., str]) -> None:
+    """The losing attempt wrote to partition 1's topic-partition before the winner did: its open
+    transaction holds that partition's last stable offset below the winner's records until it is
+    fenced. The commit's proof that its records ended committed must not be asked while it is
+    open (a review found it then: the id held, the batch's source offsets waiting a check), nor
+    report the batch before it is proven."""
+    orphan = _orphan(scenario, "0")
+    results = scenario.write("0")
+    source, group = make_topic(2), f"g-{uuid.uuid4().hex[:8]}"
+    offsets = SourceOffsets(group, ((source, 0, 5), (source, 1, 6)))
+    report = scenario.driver(control).commit("0", results, offsets)
+    assert report.status == "committed" and report.orphans == (orphan,)
+    assert not report.notes, report.notes  # nothing waits
+    assert not _open(control, orphan), f"the losing attempt {orphan} is still open"
+    held = scenario.driver(control).coordinator.open_call().state.stranded
+    assert not held, f"held after the commit: {sorted(held)}"
+    assert stable_group_offsets(scenario.broker.config(), group,
+                                [(source, 0), (source, 1)]) == {(source, 0): 5, (source, 1): 6}
+    scenario.expect("0")
+    scenario.audit()

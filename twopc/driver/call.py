@@ -28,6 +28,7 @@ import logging
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from checkpoint import Log
 from checkpoint.memo import Memo
@@ -53,13 +54,14 @@ from twopc.errors import (
     CommitUnverified,
     DataLossError,
     FenceFailed,
+    LogOwnershipLost,
     ProtocolViolation,
 )
 from twopc.log.jobs import batch_state, remember_job
 from twopc.log.session import Session, check_binding
 from twopc.protocol.clock import DEFAULT_MARGIN_MS
 from twopc.protocol.copies import RepairSettings
-from twopc.protocol.holds import HoldProof, acknowledged_in, to_check
+from twopc.protocol.holds import HoldProof, acknowledged_in, loss_entry_key, to_check
 from twopc.protocol.log_records import (
     Aborted,
     Committed,
@@ -250,9 +252,11 @@ class DriverCall:
             raise FenceFailed(record.batch, failed, done)
         return ids
 
-    def fence_named(self, ids: Sequence[str]) -> dict[str, str]:
+    def fence_named(self, ids: Sequence[str], prove: bool = True) -> dict[str, str]:
         """Fence ids that a record of this call already names (a `committed` record's orphans),
-        stranded commits released first. Returns the fences that failed."""
+        stranded commits released first. Returns the fences that failed. `prove` False: the
+        check before the fence leaves the proof of this call's commits to the caller's check
+        after it (`release_stranded`)."""
         if not ids:
             return {}
         self._require_named(ids, "a fence")
@@ -262,7 +266,7 @@ class DriverCall:
         # transaction of its own may be on one of them by now (the next job's, let in after it:
         # tests/spark/test_lease_ends_before_fences.py). One read of the log, after the stranded
         # check (which can take seconds), right before the fences.
-        self._ensure_released()
+        self._ensure_released(prove)
         self.session.confirm_owner()
         return self._fence(ids)
 
@@ -371,22 +375,26 @@ class DriverCall:
     def release_stranded(self, only: Collection[str] | None = None,
                          recheck_held: bool = True,
                          patient: Collection[str] | None = None,
-                         own: str | None = None) -> StrandedReport:
+                         own: str | None = None, prove: bool = True) -> StrandedReport:
         """Check the markers of every committed batch the log holds (or those in `only`) and of
         every id held as stranded, and release what is stuck (stranded.py); the bounded wait only
         for the batches in `patient` (all if None). `own`: the batch whose EndTxns this call
-        sent and saw answered committed just now (its first look is this check)."""
+        sent and saw answered committed just now (its first look is this check). `prove` False:
+        no proof from the log (`_to_prove`) in this check, only for a check that another follows
+        before anything is reported (a commit's orphans fenced before its proof: coordinator.py
+        `_finish_commit`); it counts as no full check, so `_ensure_released` runs one again."""
         held = self.state.stranded if recheck_held else ()
         committed = to_check(self.state.batches.values(), only, held)
         wait = self.settings.stranded_wait_ms
         report = release_stranded_commits(self, committed, wait_ms=wait,
                                           grace_ms=min(STRANDED_GRACE_MS, wait), patient=patient,
-                                          prove=self._to_prove(committed, own))
+                                          prove=self._to_prove(committed, own) if prove
+                                          else frozenset())
         self._proven.update(k for _, k in report.looked)
         for name in {name for name, _ in report.looked}:
             if not self._unproven(self.state.batches[name]):
                 self._looked(self.state.batches[name])
-        if only is None and recheck_held:
+        if only is None and recheck_held and prove:  # one that proved nothing covers nothing
             self._released = self._coverage()
         return report
 
@@ -433,9 +441,18 @@ class DriverCall:
         """The transactions of `batch` whose loss an operator acknowledged
         (`Recovery.acknowledge_loss`): proven aborted again, they are not raised again (a repair
         of the batch proves its transactions anew). Read only once a loss is found."""
-        entry = self.log.index.get(f"loss:{batch}")
-        return acknowledged_in(entry, (txn_key(h) for h in self.batch_state(batch).committed.values())
-                               if entry else ())
+        entries = self.loss_acknowledgments(batch)
+        visible = ([txn_key(h) for h in self.batch_state(batch).committed.values()]
+                   if entries else [])
+        return frozenset().union(*(acknowledged_in(e, visible) for e in entries))
+
+    def loss_acknowledgments(self, batch: str) -> list[dict[str, Any]]:
+        """The index entries acknowledging losses of `batch`, in the order they were made
+        (`holds.loss_entry_key`)."""
+        entries: list[dict[str, Any]] = []
+        while (entry := self.log.index.get(loss_entry_key(batch, len(entries) + 1))) is not None:
+            entries.append(entry)
+        return entries
 
     def look_at(self, batch: str) -> None:
         """The first look at one committed batch, reading only: a re-run of a committed job
@@ -452,12 +469,7 @@ class DriverCall:
         if not self._unlooked(state):
             # Looked at by a check that held what it could not prove (stranded.py): while held,
             # its records are not known visible, so not reported committed.
-            held = sorted({h.transactional_id for h in state.committed.values()
-                           if h.transactional_id in self.state.stranded
-                           and batch in self.state.stranded[h.transactional_id].batches})
-            if held:
-                raise CommitUnverified(batch, f"{', '.join(held)} held: the log has not shown "
-                                       "yet that its records ended committed")
+            self.raise_if_held(batch)
             return
         handles = [(batch, h) for _, h in sorted(state.committed.items())]
         evidence = without_acknowledged(self, handles, prove_patiently(self.control, handles))
@@ -470,6 +482,17 @@ class DriverCall:
                 log.warning("twopc: batch %s, %s: the log cannot tell whether its committed "
                             "records ended committed (%s)", batch, tid, why)
         self._looked(state)
+
+    def raise_if_held(self, batch: str) -> None:
+        """CommitUnverified if ids of `batch`'s committed transactions are held for it: a check
+        could not prove yet that its records ended committed, so they are not known visible."""
+        state = self.batch_state(batch)
+        held = sorted({h.transactional_id for h in state.committed.values()
+                       if h.transactional_id in self.state.stranded
+                       and batch in self.state.stranded[h.transactional_id].batches})
+        if held:
+            raise CommitUnverified(batch, f"{', '.join(held)} held: the log has not shown yet "
+                                   "that its records ended committed")
 
     def _look_key(self, batch: BatchState) -> tuple[str, str, str, int | None]:
         return (self.log.url, self.owner.owner_id, batch.batch, batch.intent_seq)
@@ -490,8 +513,8 @@ class DriverCall:
         crash_point("stranded.before_check")  # tests only: the torture suite pauses here
         try:
             report = self.release_stranded(only, patient={batch}, own=batch if own else None)
-        except DataLossError:
-            raise  # committed records found aborted: loud as it is, never wrapped
+        except (DataLossError, LogOwnershipLost):
+            raise  # committed records found aborted, another driver in charge: never wrapped
         except Exception as exc:
             raise CommitUnverified(batch, f"{type(exc).__name__}: {exc}") from exc
         mine = [n for n in report.unreleased if n.batch == batch]
@@ -506,14 +529,14 @@ class DriverCall:
                               if b.status in (BatchStatus.COMMITTED, BatchStatus.PARTIAL))
         return committed, frozenset(self.state.stranded)
 
-    def _ensure_released(self) -> None:
+    def _ensure_released(self, prove: bool = True) -> None:
         # A full check since the last commit this call recorded covers every committed batch,
-        # and it proved what this call committed.
+        # and it proved what this call committed (unless asked not to: `release_stranded`).
         pending = self._must_prove - self._proven
-        if self._released != self._coverage() or (pending and any(
+        if self._released != self._coverage() or (prove and pending and any(
                 txn_key(h) in pending for b in self.state.batches.values()
                 for h in b.committed.values())):
-            self.release_stranded()
+            self.release_stranded(prove=prove)
 
     # ---- reads ----------------------------------------------------------------------------
 

@@ -140,6 +140,7 @@ class Coordinator:
         call = self.open_call()
         recovery: RecoveryReport | None = None
         swept: tuple[str, ...] = ()  # losing attempts fenced by the settling of an open intent
+        unfenced: dict[str, str] = {}  # those of them whose fence failed (id -> why)
         for _ in range(2):  # at most one settling of an open intent, then a plan on firm ground
             state = call.batch_state(batch)
             if skipped and state.status is not BatchStatus.COMMITTED:
@@ -152,13 +153,21 @@ class Coordinator:
                 recovery = settle(call, [state], sweep=False, name_orphans=True)
                 recovery.raise_if_undecided()
                 if recovery.batches[0].outcome is BatchOutcome.COMMITTED:
-                    call.verify_markers(batch, only={batch})
+                    # Proven by the check of the "already committed" answer, next time round.
                     swept = recovery.batches[0].orphans
-                    _fence_orphans(call, batch, swept)
+                    unfenced = _fence_orphans(call, swept)
                 continue
             if plan.action is CommitAction.ALREADY_COMMITTED:
+                # The answer lets Spark record the batch, so it is proven first, as a fresh
+                # commit's is: the call that recorded it committed may have died before its check
+                # (the first look falls on it, the newest batch). Before the duplicates' fence,
+                # which would check first anyway; a failure leaves them open, unnamed, for a
+                # later sweep or their timeout (no record, so never committed).
+                call.verify_markers(batch)
+                call.raise_if_held(batch)  # not proven yet: not known visible (as `look_at`)
                 dups = call.fence_recorded(Duplicates(
                     batch, tuple(h.transactional_id for h in plan.duplicates)))
+                _raise_failed_fences(batch, unfenced)
                 report = CommitReport(batch, CommitStatus.ALREADY_COMMITTED, duplicates=dups,
                                       orphans=swept, recovery=recovery)
                 if offsets is not None:  # an earlier attempt's may not have moved yet
@@ -264,6 +273,8 @@ class Coordinator:
             if hasattr(lost, "add_note"):  # Python 3.11+
                 lost.add_note(f"twopc: {note}")
             raise lost
+        # Reported committed: proven first, reading only (that driver is in charge of the log).
+        self.open_call().look_at(batch)
         _log.warning("twopc: %s", note)
         return CommitReport(batch, CommitStatus.COMMITTED,
                             committed=tuple(h.transactional_id for h in handles), notes=[note])
@@ -362,13 +373,8 @@ class Coordinator:
         seq = call.append(Committed(batch, intent_seq, orphans))
         crash_point("coordinator.after_committed_record")
         call.remember_job(batch, seq)
-        # A broker killed mid-commit can drop the markers of a commit for good (stranded.py).
-        # They must be released before any later transaction on the same ids touches those
-        # partitions: its markers end the stranded records too, and an abort loses them (found by
-        # the torture suite). So a commit returns only once its markers landed or were released.
-        call.verify_markers(batch, own=True)
         report = CommitReport(batch, CommitStatus.COMMITTED, committed=tuple(ids), orphans=orphans)
-        _finish_commit(call, batch, orphans, opened, report)
+        _finish_commit(call, batch, orphans, opened, report, own=True)
         return report
 
     def _begin_offsets(self, call: DriverCall, batch: str, handles: Sequence[Handle],
@@ -406,7 +412,7 @@ class Coordinator:
         crash_point("coordinator.after_committed_record")
         call.remember_job(batch, seq)
         report = CommitReport(batch, CommitStatus.EMPTY, orphans=orphans)
-        _finish_commit(call, batch, orphans, opened, report)
+        _finish_commit(call, batch, orphans, opened, report, verify=False)
         return report
 
     def _settle_after_end(self, call: DriverCall, batch: str,
@@ -418,7 +424,6 @@ class Coordinator:
         b = report.batches[0]
         if b.outcome is BatchOutcome.COMMITTED:
             call.remember_job(batch, b.recorded_seq)
-            call.verify_markers(batch)
             done = CommitReport(batch, CommitStatus.COMMITTED,
                                 committed=tuple(h.transactional_id for h in b.handles),
                                 orphans=b.orphans, recovery=report)
@@ -455,30 +460,62 @@ def _end_in_order(call: DriverCall, handles: Sequence[Handle]) -> dict[str, EndT
 
 
 def _finish_commit(call: DriverCall, batch: str, orphans: Sequence[str],
-                   opened: OpenOffsets | None, report: CommitReport) -> None:
-    """After a commit's markers are verified: fence its orphans (and purge), then move the source
-    offsets as far as the log allows (this batch's, begun before the intent as `opened`).
+                   opened: OpenOffsets | None, report: CommitReport, own: bool = False,
+                   verify: bool = True) -> None:
+    """After a commit's `committed` record: fence its orphans, verify its markers (and prove its
+    records ended committed), purge, then move the source offsets as far as the log allows (this
+    batch's, begun before the intent as `opened`). `own`: this call saw the batch's EndTxns
+    answered committed (call.py `verify_markers`). `verify` False: a batch without
+    transactions, nothing of its own to verify (the fences' check looks at the others).
+
+    A broker killed mid-commit can drop the markers of a commit for good (stranded.py). They
+    must be released before any later transaction on the same ids touches those partitions: its
+    markers end the stranded records too, and an abort loses them (found by the torture suite).
+    So a commit returns only once its markers landed or were released. The orphans are fenced
+    before that check: a losing attempt that wrote to one of the batch's partitions before it
+    holds the partition's last stable offset below the batch's records while it is open, and
+    the proof that they ended committed reads only below it (a review found the batch's ids held
+    and its offsets waiting a check). The fence's own check releases stranded commits first, as
+    before any fence, and leaves the proof to the check after it.
 
     Another driver may have appended since this call's `committed` record (a re-run of the job
     that took it over: call.py `fence_named`): the batch is committed, by this call, and the
-    fences are that driver's to send. A batch job reports it committed with a note saying so; a
-    streaming query's driver stops (`LogOwnershipLost`: two drivers of one query), with that note."""
+    fences are that driver's to send. This call still proves its batch, reading only (that
+    driver's checks record what they hold). A batch job reports it committed with a note saying
+    so; a streaming query's driver stops (`LogOwnershipLost`: two drivers of one query), with
+    that note."""
     try:
-        _fence_orphans(call, batch, orphans, purge=True)
+        failed = _fence_orphans(call, orphans, prove=not verify)
     except LogOwnershipLost as lost:
-        note = (f"batch {batch} is committed by this call, but another driver appended to the "
-                f"log after its `committed` record (record {lost.seq}): this call left the "
-                f"fences of its {len(orphans)} orphan transaction(s) to that driver (a "
-                "recovery's sweep; else the family's next job's, or their transaction timeout)")
-        if call.owner.kind is not OwnerKind.JOB:
-            lost.add_note(f"twopc: {note}")
-            lost.committed_by_this_call = True  # type: ignore[attr-defined]
-            raise
-        _log.warning("twopc: %s", note)
-        report.notes.append(note)
+        if verify:
+            call.look_at(batch)
+        _left_to_another(call, batch, orphans, lost, report)
         return
+    if verify:
+        call.verify_markers(batch, own=own)
+    try:
+        call.purge()
+    except LogOwnershipLost as lost:
+        _left_to_another(call, batch, orphans, lost, report)
+        return
+    _raise_failed_fences(batch, failed)
     if opened is not None:
         _move_offsets(call, opened, report)
+
+
+def _left_to_another(call: DriverCall, batch: str, orphans: Sequence[str],
+                     lost: LogOwnershipLost, report: CommitReport) -> None:
+    """`_finish_commit` found another driver appending after this call's `committed` record."""
+    note = (f"batch {batch} is committed by this call, but another driver appended to the "
+            f"log after its `committed` record (record {lost.seq}): this call left the "
+            f"fences of its {len(orphans)} orphan transaction(s) to that driver (a "
+            "recovery's sweep; else the family's next job's, or their transaction timeout)")
+    if call.owner.kind is not OwnerKind.JOB:
+        lost.add_note(f"twopc: {note}")
+        lost.committed_by_this_call = True  # type: ignore[attr-defined]
+        raise lost
+    _log.warning("twopc: %s", note)
+    report.notes.append(note)
 
 
 @contextlib.contextmanager
@@ -518,17 +555,22 @@ def _move_offsets(call: DriverCall, opened: OpenOffsets | None, report: CommitRe
             "visible (a later commit or `twopc recover`)")
 
 
-def _fence_orphans(call: DriverCall, batch: str, orphans: Sequence[str],
-                   purge: bool = False) -> None:
-    """Fence the orphans a `committed` record of `batch` named, purge if asked, and raise
-    FenceFailed if a fence failed: the batch is committed, the report must not say all went
-    well."""
+def _fence_orphans(call: DriverCall, orphans: Sequence[str], prove: bool = False
+                   ) -> dict[str, str]:
+    """Fence the orphans a `committed` record of this call names, before its proof (the check
+    ahead of the fences releases stranded commits and, unless `prove`, proves nothing:
+    `_finish_commit` says why). Returns the fences that failed (`_raise_failed_fences`, once the
+    batch is proven)."""
+    failed = call.fence_named(orphans, prove=prove)
+    crash_point("coordinator.during_sweep")
+    return failed
+
+
+def _raise_failed_fences(batch: str, failed: dict[str, str]) -> None:
+    """FenceFailed if a fence of the orphans failed: the batch is committed, the report must
+    not say all went well."""
     from twopc.errors import FenceFailed
 
-    failed = call.fence_named(orphans)
-    crash_point("coordinator.during_sweep")
-    if purge:
-        call.purge()
     if failed:
         raise FenceFailed(batch, failed, f"batch {batch} is committed (nothing of it is lost)")
 

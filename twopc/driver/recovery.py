@@ -22,7 +22,7 @@ from twopc.driver.recovery_report import RecoveryReport
 from twopc.driver.settle import settle
 from twopc.driver.stranded import StrandedReport, prove_holds
 from twopc.errors import ResolutionRefused
-from twopc.protocol.holds import HoldProof, loss_acknowledgment
+from twopc.protocol.holds import HoldProof, loss_acknowledgment, loss_entry_key
 from twopc.protocol.log_records import (
     DECISIONS,
     RESOLVE_ABORTED,
@@ -101,7 +101,10 @@ class Recovery:
                 "recovery", b.batch, b.outcome.value, intents.get(b.batch, ()),
                 committed=sum(h.outcome is Fate.COMMITTED for h in b.handles),
                 now_ms=self.settings.clock_ms(), latency_ms=(time.monotonic() - began) * 1000))
-        settled = {b.batch for b in report.batches if b.outcome is BatchOutcome.COMMITTED}
+        # Partly committed ones too: the report names their committed partitions, and what it
+        # names committed is proven first (call.py `_to_prove`).
+        settled = {b.batch for b in report.batches
+                   if b.outcome in (BatchOutcome.COMMITTED, BatchOutcome.PARTIAL)}
         # (The held ids were just checked, and retried if they could be released.)
         # Patient for exactly the batches it checks (as for all): their markers, just sent, are
         # on their way, so their partitions get the longer window (holds.marker_window_s).
@@ -155,8 +158,9 @@ class Recovery:
     def acknowledge_loss(self, batch: str, note: str) -> tuple[str, ...]:
         """The operator's acknowledgement of committed records of `batch` that the log proves
         aborted after their commit (StrandedCommitAborted): the holds of its ids go, so that
-        checks stop raising, and the acknowledgement (ids, note, time) stays in the log's index,
-        which is never purged. Refused unless the log proves the loss. Returns the ids."""
+        checks stop raising, and the acknowledgement (transactions, note, time) stays in the
+        log's index, which is never purged. Refused unless the log proves a loss not
+        acknowledged yet. Returns the ids of the transactions it acknowledges."""
         if not note.strip():
             raise ResolutionRefused("an acknowledgement needs a note saying who decided and why")
         call = DriverCall(self.log, self.control, self.settings)
@@ -165,8 +169,8 @@ class Recovery:
         handles = [(batch, h) for _, h in sorted(call.batch_state(batch).committed.items())]
         evidence = prove_holds(self.control, handles)
         if evidence.retry:
-            # All of the batch's loss at once, or none: the batch is acknowledged once (the
-            # index entry is never replaced), and a span proven aborted later is raised again.
+            # All of what the log shows lost at once, or none: a span not answered yet may be
+            # aborted too, and would be raised again at once.
             raise ResolutionRefused(
                 f"the log cannot answer yet for some of batch {batch}'s records ("
                 + "; ".join(sorted(evidence.retry.values())) + "): ask again once every "
@@ -179,17 +183,30 @@ class Recovery:
                 f"{sorted({h.transactional_id for _, h in handles}) or 'none'}): nothing to "
                 "acknowledge; "
                 "`twopc recover` clears a hold once the log proves its records committed")
-        record = loss_acknowledgment(evidence.aborted, note, self.settings.clock_ms(),
-                                     {t: proofs[t][1] for t in lost})
-        try:
-            self.log.index.create(f"loss:{batch}", record)
-        except KeyExists as exc:
-            raise ResolutionRefused(f"the loss of batch {batch} was acknowledged already "
-                                    f"({self.log.index.get(f'loss:{batch}')})") from exc
+        # Entries are made once each: a loss found after one was acknowledged (a repair's
+        # transaction aborted from outside) gets the next one. Another operator may be making it
+        # at the same moment: then read again.
+        for _ in range(8):
+            entries = call.loss_acknowledgments(batch)
+            new = sorted(set(evidence.aborted) - call.acknowledged_losses(batch))
+            if not new:
+                raise ResolutionRefused(f"the loss of batch {batch} was acknowledged already "
+                                        f"({entries[-1] if entries else ''})")
+            new_ids = {k[0] for k in new}
+            record = loss_acknowledgment(new, note, self.settings.clock_ms(),
+                                         {t: proofs[t][1] for t in lost if t in new_ids})
+            try:
+                self.log.index.create(loss_entry_key(batch, len(entries) + 1), record)
+                break
+            except KeyExists:
+                continue
+        else:
+            raise ResolutionRefused(f"batch {batch}: other acknowledgements kept being made "
+                                    "while this one was; ask again")
         # Only this batch's holds: an id reused by another batch and held for it (its release
         # cut short, say) stays held, or its own committed records would be lost.
         held = tuple(t for t in lost if t in call.state.stranded
                      and set(call.state.stranded[t].batches) <= {batch})
         if held:
             call.append(Stranded((), held))
-        return lost
+        return tuple(sorted(new_ids))

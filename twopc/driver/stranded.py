@@ -41,7 +41,7 @@ from twopc.control import (
     UnknownReason,
 )
 from twopc.control.errors import ControlError, error_name
-from twopc.errors import StrandedCommitAborted
+from twopc.errors import LogOwnershipLost, StrandedCommitAborted
 from twopc.protocol.handle import Handle, PartitionSpan
 from twopc.protocol.holds import (
     HoldProof,
@@ -224,9 +224,16 @@ def release_stranded_commits(call: Door,
     evidence = _prove_held(call, [(b, h) for b, h in handles if h.transactional_id in candidates])
     changes = hold_changes(call.state, (h for _, h in handles), unreleased,
                            {t: p for t, (p, _) in evidence.proofs.items()})
+    losses = {**first_look.aborted, **evidence.aborted}
     if changes is not None:
-        call.append(changes)
-    raise_losses(handles, {**first_look.aborted, **evidence.aborted})
+        try:
+            call.append(changes)
+        except LogOwnershipLost:
+            # Another driver is in charge of the log (its own checks hold and raise): the loss
+            # this check proved is said first, not hidden behind the lost append.
+            raise_losses(handles, losses)
+            raise
+    raise_losses(handles, losses)
     return report
 
 

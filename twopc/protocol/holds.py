@@ -109,6 +109,14 @@ def proof_of(verdicts: Iterable[Verdict]) -> HoldProof:
     return HoldProof.UNPROVEN
 
 
+def loss_entry_key(batch: str, n: int) -> str:
+    """The index key of the `n`-th acknowledgment (from 1) of losses in `batch`. An index entry
+    is created once, never replaced; a loss proven in the batch after one was acknowledged (a
+    repair's transaction aborted from outside) is acknowledged in an entry of its own, or every
+    check would raise it for good."""
+    return f"loss:{batch}" if n == 1 else f"loss:{batch}#{n}"
+
+
 def loss_acknowledgment(lost: Iterable[TxnKey], note: str, at_ms: int,
                         why: Mapping[str, str]) -> dict[str, Any]:
     """The index entry of an operator's acknowledgment of a batch's loss (never purged): the
