@@ -12,8 +12,11 @@ one broker down before it starts the next.
 from __future__ import annotations
 
 import os
+import signal
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import FrameType
 
 import pytest
 from hypothesis import settings
@@ -43,7 +46,16 @@ def _full_matrix() -> bool:
     return os.environ.get("TWOPC_MATRIX", "") == "full"
 
 
+def _interrupted(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    # A run stopped by SIGTERM (a `timeout`, a cancelled job) tears its fixtures down as Ctrl-C
+    # does, so the brokers they started stop with it (else they ran on: found after a timed-out
+    # run; tests/test_interrupted_run.py).
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _interrupted)
     config.addinivalue_line("markers", "all_variants: also run on every broker variant by default")
     config.addinivalue_line(
         "markers",
