@@ -1,4 +1,7 @@
-"""Fetches of many partitions shared per leader: the log check's requests (log_checks.py)."""
+"""Fetches of many partitions shared per leader: the log check's requests (log_checks.py).
+
+Design: docs/design.md section 8 (the proof's cost: one Fetch request per leader).
+"""
 
 from __future__ import annotations
 
