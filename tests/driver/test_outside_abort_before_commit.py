@@ -18,7 +18,7 @@ from twopc_testing.kafka_tools import abort_hanging
 from tests.driver.support import Scenario, abort_from_outside, partly_committed, wait_not_ongoing
 from twopc.control import ControlClient
 from twopc.errors import ResolutionRefused, StrandedCommitAborted
-from twopc.protocol.handle import ResultKind, WriteResult
+from twopc.protocol.handle import Handle, ResultKind, WriteResult
 from twopc.protocol.verdicts import BatchOutcome
 
 pytestmark = [pytest.mark.integration, pytest.mark.all_variants]
@@ -70,6 +70,21 @@ def test_an_outside_abort_while_the_driver_is_down_after_its_intent(scenario: Sc
 
 
 
+def _repair_aborted_from_outside(scenario: Scenario, control: ControlClient) -> Handle:
+    """A deterministic re-run of partly committed batch 0, its transaction for partition 3
+    aborted from outside before the repair's EndTxn: the repair raises that loss, and so does the
+    next recovery. Returns the aborted transaction's handle."""
+    rerun = scenario.write("0")
+    victim = abort_from_outside(scenario, rerun[3])
+    with pytest.raises(StrandedCommitAborted, match="batch 0") as info:
+        scenario.driver(control).commit("0", rerun)
+    assert [(h.transactional_id, h.epoch) for _, h, _ in info.value.lost] == [
+        (victim.transactional_id, victim.epoch)]
+    with pytest.raises(StrandedCommitAborted, match="batch 0"):
+        scenario.driver(control).recover()
+    return victim
+
+
 def test_an_outside_abort_of_a_repairs_transaction_before_its_commit(scenario: Scenario,
                                                                    control: ControlClient) -> None:
     """Batch 0 partly committed (partition 3 aborted by its timeout); a deterministic re-run
@@ -79,14 +94,7 @@ def test_an_outside_abort_of_a_repairs_transaction_before_its_commit(scenario: S
     proven after its commit all the same (a review found it skipped: the call remembered the
     batch proven, not the transactions)."""
     partly_committed(scenario, control)
-    rerun = scenario.write("0")
-    victim = abort_from_outside(scenario, rerun[3])
-    with pytest.raises(StrandedCommitAborted, match="batch 0") as info:
-        scenario.driver(control).commit("0", rerun)
-    assert [(h.transactional_id, h.epoch) for _, h, _ in info.value.lost] == [
-        (victim.transactional_id, victim.epoch)]
-    with pytest.raises(StrandedCommitAborted, match="batch 0"):
-        scenario.driver(control).recover()
+    _repair_aborted_from_outside(scenario, control)
     scenario.driver(control).recovery.acknowledge_loss("0", "test: a repair aborted from outside")
     scenario.driver(control).recover()
     scenario.expect("0", partitions=[0, 1, 2])
@@ -159,14 +167,7 @@ def test_a_second_loss_in_an_acknowledged_batch_is_acknowledged_on_its_own(
         "0", "test: partition 1 aborted from outside") == (first.transactional_id,)
     report = scenario.driver(control).recover()
     assert report.batches == [] or report.batches[0].outcome is BatchOutcome.PARTIAL
-    rerun = scenario.write("0")
-    second = abort_from_outside(scenario, rerun[3])
-    with pytest.raises(StrandedCommitAborted, match="batch 0") as info:
-        scenario.driver(control).commit("0", rerun)
-    assert [(h.transactional_id, h.epoch) for _, h, _ in info.value.lost] == [
-        (second.transactional_id, second.epoch)]
-    with pytest.raises(StrandedCommitAborted, match="batch 0"):
-        scenario.driver(control).recover()
+    second = _repair_aborted_from_outside(scenario, control)
     assert scenario.driver(control).recovery.acknowledge_loss(
         "0", "test: the repair aborted from outside") == (second.transactional_id,)
     with pytest.raises(ResolutionRefused, match="acknowledged already"):

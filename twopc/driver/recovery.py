@@ -22,7 +22,7 @@ from twopc.driver.recovery_report import RecoveryReport
 from twopc.driver.settle import settle
 from twopc.driver.stranded import StrandedReport, prove_holds
 from twopc.errors import ResolutionRefused
-from twopc.protocol.holds import HoldProof, loss_acknowledgment, loss_entry_key
+from twopc.protocol.holds import HoldProof, acknowledged_in, loss_acknowledgment, loss_entry_key
 from twopc.protocol.log_records import (
     DECISIONS,
     RESOLVE_ABORTED,
@@ -33,7 +33,7 @@ from twopc.protocol.log_records import (
 )
 from twopc.protocol.offsets import SourceOffsetsError, own_transaction
 from twopc.protocol.owner import Owner
-from twopc.protocol.state import BatchState, BatchStatus
+from twopc.protocol.state import BatchState, BatchStatus, txn_key
 from twopc.protocol.verdicts import BatchOutcome, Fate
 
 log = logging.getLogger("twopc.driver")
@@ -188,7 +188,9 @@ class Recovery:
         # at the same moment: then read again.
         for _ in range(8):
             entries = call.loss_acknowledgments(batch)
-            new = sorted(set(evidence.aborted) - call.acknowledged_losses(batch))
+            visible = [txn_key(h) for _, h in handles]
+            new = sorted(set(evidence.aborted).difference(
+                *(acknowledged_in(e, visible) for e in entries)))
             if not new:
                 raise ResolutionRefused(f"the loss of batch {batch} was acknowledged already "
                                         f"({entries[-1] if entries else ''})")
