@@ -121,6 +121,28 @@ def test_purge_moves_the_mark_forward_only(target: Target) -> None:
         log.append(0, {"restart": True})  # purged numbers are never reused
 
 
+def test_a_purge_deletes_again_what_a_crash_may_have_brought_back(target: Target) -> None:
+    """A purge's deletes are made durable by the next purge (one mark write per purge): a record
+    a crash brought back below the mark is deleted by the next purge, in the process that starts
+    after the crash, while a process that deleted the records itself sends no second delete (a
+    request each on object stores)."""
+    _fill(target, 8)
+    log = target.open()
+    log.purge(3)
+    assert target.read_raw(record_path(3)) is not None
+    assert [target.read_raw(record_path(s)) for s in range(3)] == [None] * 3
+    deletes: list[str] = []
+    store = log._store  # counting the store's deletes
+    real_delete = store.delete
+    store.delete = lambda path: (deletes.append(path), real_delete(path))[1]  # type: ignore[method-assign]
+    log.purge(5)  # this object deleted 0-2 itself: only records 3 and 4 are deleted now
+    assert deletes == [record_path(3), record_path(4)]
+    target.write_raw(record_path(4), b"back after a crash")  # an unlink the crash undid
+    target.open().purge(6)  # the next process: everything from the last durable sweep, then 5
+    assert [target.read_raw(record_path(s)) for s in range(6)] == [None] * 6
+    assert [r.seq for r in target.open().records()] == [6, 7]
+
+
 def test_purge_never_removes_the_latest_record(target: Target) -> None:
     _fill(target, 3)
     log = target.open()

@@ -171,6 +171,12 @@ class Reader:
     def remaining(self) -> int:
         return len(self._data) - self.pos
 
+    @property
+    def data(self) -> memoryview:
+        """The whole body, for a decoder that scans a long array in place (`pos` is where it is
+        at; it sets `pos` past what it took)."""
+        return self._data
+
     def _take(self, n: int) -> memoryview:
         start = self._advance(n)
         return self._data[start:start + n]

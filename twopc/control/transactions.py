@@ -9,7 +9,8 @@ moves or loads (docs/control.md).
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from twopc.control import errors as e
 from twopc.control import txn_messages as tm
@@ -26,6 +27,7 @@ from twopc.control.outcomes import (
     TxnState,
     classify_end_txn,
 )
+from twopc.control.protocol import Reader
 
 END_TXN_MAX_VERSION = 4
 
@@ -39,7 +41,8 @@ def prefix_pattern(prefix: str) -> str:
 
 async def describe_transactions(cluster: Cluster, ids: list[str]) -> dict[str, TransactionDescription]:
     out: dict[str, TransactionDescription] = {}
-    for tid, (node, entry) in (await _described(cluster, ids)).items():
+    for tid, (node, entry) in (await _described(cluster, ids,
+                                                 tm.decode_describe_transactions)).items():
         if entry.error_code:  # TRANSACTIONAL_ID_NOT_FOUND: `_described` raises on any other
             out[tid] = TransactionDescription(tid, TxnState.UNKNOWN_ID, -1, -1, -1, -1, (),
                                               entry.error_code, node)
@@ -53,18 +56,22 @@ async def describe_transactions(cluster: Cluster, ids: list[str]) -> dict[str, T
 async def open_among(cluster: Cluster, ids: list[str]) -> list[str]:
     """The ids among `ids` whose transaction is open (Ongoing), in `ids`' order: a batch pool's
     hundreds of ids on the commit path, so no description is built for the others (~2 us each)."""
-    described = await _described(cluster, ids)
+    described = await _described(cluster, ids, tm.decode_describe_states)
     return [tid for tid in ids
             if not described[tid][1].error_code and described[tid][1].state == _ONGOING]
 
 
 _ONGOING = TxnState.ONGOING.value
+Entry = TypeVar("Entry", tm.TxnStateEntry, tm.TxnStateBrief)
 
 
-async def _described(cluster: Cluster, ids: list[str]) -> dict[str, tuple[int, tm.TxnStateEntry]]:
-    """Each id's DescribeTransactions entry with the coordinator that answered it, retried while
-    coordinators move or load; an entry is either a success or TRANSACTIONAL_ID_NOT_FOUND."""
-    out: dict[str, tuple[int, tm.TxnStateEntry]] = {}
+async def _described(cluster: Cluster, ids: list[str],
+                     decode: Callable[[int, Reader], list[Entry]]
+                     ) -> dict[str, tuple[int, Entry]]:
+    """Each id's DescribeTransactions entry (as `decode` reads it) with the coordinator that
+    answered it, retried while coordinators move or load; an entry is either a success or
+    TRANSACTIONAL_ID_NOT_FOUND."""
+    out: dict[str, tuple[int, Entry]] = {}
     todo = ids
     backoff = Backoff(cluster.settings)
     last = 0
@@ -73,7 +80,7 @@ async def _described(cluster: Cluster, ids: list[str]) -> dict[str, tuple[int, t
         for tid, node in (await cluster.coordinators(todo)).items():
             by_node.setdefault(node, []).append(tid)
         replies = await asyncio.gather(
-            *(describe_at(cluster, node, batch) for node, batch in by_node.items()),
+            *(describe_at(cluster, node, batch, decode) for node, batch in by_node.items()),
             return_exceptions=True)
         retry: list[str] = []
         for (node, batch), reply in zip(by_node.items(), replies, strict=True):
@@ -100,12 +107,13 @@ async def _described(cluster: Cluster, ids: list[str]) -> dict[str, tuple[int, t
     return {tid: out[tid] for tid in ids}
 
 
-async def describe_at(cluster: Cluster, node: int, ids: list[str]) -> list[tm.TxnStateEntry]:
+async def describe_at(cluster: Cluster, node: int, ids: list[str],
+                      decode: Callable[[int, Reader], list[Entry]]) -> list[Entry]:
     conn = await cluster.connection(node)
     version = conn.version(ApiKey.DESCRIBE_TRANSACTIONS)
     reader = await conn.request(ApiKey.DESCRIBE_TRANSACTIONS, version,
                                 tm.encode_describe_transactions(version, ids))
-    return tm.decode_describe_transactions(version, reader)
+    return decode(version, reader)
 
 
 async def list_transactions(cluster: Cluster, prefix: str | None, states: list[str],

@@ -10,7 +10,9 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
+from twopc.control.errors import ProtocolError
 from twopc.control.messages import ApiKey, expect_end, is_flexible
 from twopc.control.protocol import Reader, Writer
 
@@ -153,6 +155,56 @@ def decode_describe_transactions(version: int, r: Reader) -> list[TxnStateEntry]
     out = r.array(entry)
     expect_end(r)
     return out
+
+
+class TxnStateBrief(NamedTuple):
+    """An entry of a DescribeTransactions answer cut to what a sweep asks: is the id open?"""
+
+    error_code: int
+    transactional_id: str
+    state: str
+
+
+def decode_describe_states(version: int, r: Reader) -> list[TxnStateBrief]:
+    """Each entry's error code, id and state (`decode_describe_transactions`, the rest skipped).
+    A commit's sweep describes its batch's whole pool (513 ids for 64 partitions), decoded on the
+    control client's thread while the commit's EndTxns wait for that thread: an entry of the
+    usual shape (strings under 127 bytes, no partitions, no tagged fields) is read in place here,
+    a few times faster than in full; any other takes the general path, same answer."""
+    r.int32()
+    count = r.uvarint() - 1  # a compact array: the version is flexible from 0
+    if count > r.remaining:
+        raise ProtocolError(f"array count {count} exceeds the {r.remaining} bytes left")
+    data, end = r.data, len(r.data)
+    out: list[TxnStateBrief] = []
+    try:
+        for _ in range(count):
+            pos = r.pos
+            n_id = data[pos + 2] if pos + 2 < end else 0
+            at_state = pos + 2 + n_id  # where the state's length is, if the id's took one byte
+            n_state = data[at_state] if 0 < n_id < 0x80 and at_state < end else 0
+            tail = at_state + n_state + _ENTRY_FIXED.size  # the topics' count, then the tags'
+            if 0 < n_state < 0x80 and tail + 1 < end and data[tail] == 1 and data[tail + 1] == 0:
+                out.append(TxnStateBrief(int.from_bytes(data[pos:pos + 2], "big", signed=True),
+                                         str(data[pos + 3:at_state], "utf-8"),
+                                         str(data[at_state + 1:at_state + n_state], "utf-8")))
+                r.pos = tail + 2
+                continue
+            error, tid, state = r.int16(), r.string(), r.string()
+            r.fields(_ENTRY_FIXED)
+            r.array(_skip_topic)
+            expect_end(r)
+            out.append(TxnStateBrief(error, tid, state))
+    except UnicodeDecodeError as exc:
+        raise ProtocolError(f"string is not UTF-8: {exc}") from exc
+    expect_end(r)
+    return out
+
+
+def _skip_topic(t: Reader) -> None:
+    t.string()
+    t.array(Reader.int32)
+    expect_end(t)
 
 
 @dataclass(frozen=True)

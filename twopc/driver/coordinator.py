@@ -355,10 +355,12 @@ class Coordinator:
         """The intent, the EndTxns, the outcome, the markers' check, the offsets."""
         ids = [h.transactional_id for h in handles]
         # The pool's open ids, for the `committed` record's orphans, asked while the intent is
-        # made durable and the EndTxns are in flight (decoding a pool's answer then costs the
-        # commit nothing; no round trip of its own): the intent's own ids are protected whatever
-        # state the answer shows them in, and any other open id is open before and after the
-        # intent and the EndTxns alike. (On the settling path its answer is unused.)
+        # made durable and the EndTxns are in flight (no round trip of its own: the broker works
+        # on it while this thread waits on the intent's fsyncs, and its decoding, which holds the
+        # GIL the append needs, is brief: `decode_describe_states`): the intent's own ids are
+        # protected whatever state the answer shows them in, and any other open id is open
+        # before and after the intent and the EndTxns alike. (On the settling path its answer is
+        # unused.)
         open_ids = call.start_open_ids(partitions)
         crash_point("coordinator.before_intent")
         intent_seq = call.append(Prepared(batch, tuple(handles), offsets))
