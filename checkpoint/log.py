@@ -382,6 +382,10 @@ class Log:
             # rather than there: the mark is written once per purge, not twice (three fsyncs of
             # a local log instead of five, on every commit's path).
             if self._deleted != (sweep_from, mark):
+                # The mark read may not be durable yet (its writer killed before the directory's
+                # fsync): made so before its records go, or a crash could bring back an older
+                # mark with records above it gone (a reviewer's model showed it).
+                self._store.put(MARK, _mark_bytes(mark, sweep_from), durable=True)
                 for seq in range(sweep_from, mark):
                     self._store.delete(record_path(seq))
             self._store.sync()

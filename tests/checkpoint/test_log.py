@@ -143,6 +143,30 @@ def test_a_purge_deletes_again_what_a_crash_may_have_brought_back(target: Target
     assert [r.seq for r in target.open().records()] == [6, 7]
 
 
+def test_a_new_process_makes_the_mark_it_read_durable_before_deleting_below_it(
+        target: Target) -> None:
+    """The mark a purge reads may not be durable yet (its writer killed before the directory's
+    fsync): a process that did not write it writes it again durably before it deletes the
+    records below it, or a crash could bring back an older mark above a hole."""
+    _fill(target, 8)
+    target.open().purge(3)  # mark (3, 0): records 0-2 deleted, not yet made durable
+    log = target.open()
+    ops: list[tuple[str, str, bool]] = []
+    store = log._store  # recording the store's writes in order
+    real_put, real_delete = store.put, store.delete
+    store.put = lambda path, data, *, durable: (  # type: ignore[method-assign]
+        ops.append(("put", path, durable)), real_put(path, data, durable=durable))[1]
+    store.delete = lambda path: (  # type: ignore[method-assign]
+        ops.append(("delete", path, False)), real_delete(path))[1]
+    log.purge(5)
+    assert ops[0] == ("put", MARK, True)
+    assert ops[1:4] == [("delete", record_path(s), False) for s in range(3)]
+    assert ops[4] == ("put", MARK, True)
+    assert ops[5:] == [("delete", record_path(3), False), ("delete", record_path(4), False)]
+    assert log.low_water_mark() == 5
+    assert [r.seq for r in target.open().records()] == [5, 6, 7]
+
+
 def test_purge_never_removes_the_latest_record(target: Target) -> None:
     _fill(target, 3)
     log = target.open()

@@ -84,7 +84,8 @@ def test_describe_transactions_decoding() -> None:
 
 _names = st.text(min_size=0, max_size=200)  # past 126 bytes a compact length takes two
 _entries = st.lists(st.tuples(
-    st.sampled_from([0, 105]), _names, st.sampled_from(["", "Ongoing", "CompleteCommit"]),
+    st.one_of(st.sampled_from([0, 105]), st.integers(-(2**15), 2**15 - 1)), _names,
+    st.one_of(st.sampled_from(["", "Ongoing", "CompleteCommit"]), _names),
     st.lists(st.tuples(_names, st.lists(st.integers(0, 2**31 - 1), max_size=3)), max_size=3),
     st.dictionaries(st.integers(0, 5), st.binary(max_size=4), max_size=2)), max_size=20)
 

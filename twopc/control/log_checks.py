@@ -44,15 +44,22 @@ async def log_checks(cluster: Cluster, checks: Sequence[LogCheckRequest],
     every span its returned batches reach (`logcheck.decide_spans`), from the lowest span up,
     and the partitions of one leader share each Fetch request."""
     # The recorded topic ids are checked against one Metadata request for all the spans (one per
-    # span cost a whole metadata answer each: 2 per transaction in a recovery of 3,000), asked
-    # beside the fetches rather than before them (one round trip less on a commit's proof): each
-    # fetch names the recorded topic id, so a topic re-created since answers UNKNOWN_TOPIC_ID
-    # there, and a span whose topic changed is answered TOPIC_CHANGED whatever its fetch said.
+    # span cost a whole metadata answer each: 2 per transaction in a recovery of 3,000). Each
+    # fetch still names the topic id, so a topic re-created after this read answers
+    # UNKNOWN_TOPIC_ID there.
     named = {c.topic for c in checks if c.topic_id is not None}
+    try:
+        now = await current_topic_ids(cluster, named) if named else {}
+    except e.ControlError as exc:
+        return [_failed(exc) for _ in checks]
     out: list[LogCheckResult | None] = [None] * len(checks)
     by_partition: dict[tuple[str, int, str | None], list[int]] = {}
     for i, c in enumerate(checks):
-        by_partition.setdefault((c.topic, c.partition, c.topic_id), []).append(i)
+        changed = None if c.topic_id is None else topic_changed(c.topic_id, now.get(c.topic))
+        if changed is not None:
+            out[i] = LogCheckResult(LogOutcome.UNKNOWN, UnknownReason.TOPIC_CHANGED, changed)
+        else:
+            by_partition.setdefault((c.topic, c.partition, c.topic_id), []).append(i)
     batcher = FetchBatcher(cluster)
 
     spread = asyncio.Semaphore(64)
@@ -139,20 +146,7 @@ async def log_checks(cluster: Cluster, checks: Sequence[LogCheckRequest],
             for i in pending:
                 out[i] = _failed(exc)
 
-    fetched = asyncio.gather(*(partition(t, p, tid, asked)
-                               for (t, p, tid), asked in by_partition.items()))
-    try:
-        now = await current_topic_ids(cluster, named) if named else {}
-    except e.ControlError as exc:
-        await asyncio.gather(fetched, return_exceptions=True)  # nothing left running behind
-        return [_failed(exc) for _ in checks]
-    except BaseException:
-        fetched.cancel()
-        raise
-    await fetched
-    for i, c in enumerate(checks):
-        changed = None if c.topic_id is None else topic_changed(c.topic_id, now.get(c.topic))
-        if changed is not None:
-            out[i] = LogCheckResult(LogOutcome.UNKNOWN, UnknownReason.TOPIC_CHANGED, changed)
+    await asyncio.gather(*(partition(t, p, tid, asked)
+                           for (t, p, tid), asked in by_partition.items()))
     return [r if r is not None else LogCheckResult(
         LogOutcome.UNKNOWN, UnknownReason.FETCH_ERROR, "not answered") for r in out]
