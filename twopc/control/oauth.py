@@ -43,9 +43,7 @@ import re
 import ssl
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -336,6 +334,11 @@ def _refuse_expired(token: Token, settings: OAuthSettings) -> None:
 
 
 def _client_credentials(settings: OAuthSettings) -> Token:
+    # Imported here, not with the module: urllib.request brings http.client and email (~25 ms),
+    # which every process with a control client would pay, OAuth or not (a cold Spark worker).
+    import urllib.error
+    import urllib.request
+
     assert settings.token_endpoint_url and settings.client_id is not None
     form = {"grant_type": "client_credentials"}
     if settings.scope:

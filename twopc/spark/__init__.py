@@ -7,20 +7,50 @@
       .option("twopc.jobId", "orders-2026-11-22").mode("append").save()
 
 See docs/spark.md for the options, the guarantees and the errors.
+
+The names below are imported on first use, not with the package: every Python worker Spark starts
+for the data source imports this package before `twopc.spark.source` (to unpickle the writer), and
+an executor's worker has no use for the driver side (the foreachBatch sink, the job function, the
+coordinator behind them): benchmarks/README.md section 9.
 """
 
-from twopc.spark.errors import (
-    BadRowError,
-    InputSchemaError,
-    MissingQueryIdentity,
-    OptionError,
-    SparkSinkError,
-)
-from twopc.spark.foreach_batch import ExactlyOnceKafkaSink
-from twopc.spark.jobs import JobReport, write_exactly_once
-from twopc.spark.listener import BatchProgress, TwopcProgressListener
-from twopc.spark.options import SinkConfig, parse_options
-from twopc.spark.source import NAME, Kafka2pcDataSource, register
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from twopc.spark.errors import (
+        BadRowError,
+        InputSchemaError,
+        MissingQueryIdentity,
+        OptionError,
+        SparkSinkError,
+    )
+    from twopc.spark.foreach_batch import ExactlyOnceKafkaSink
+    from twopc.spark.jobs import JobReport, write_exactly_once
+    from twopc.spark.listener import BatchProgress, TwopcProgressListener
+    from twopc.spark.options import SinkConfig, parse_options
+    from twopc.spark.source import NAME, Kafka2pcDataSource, register
+
+# Each public name and the module that defines it.
+_HOMES = {
+    "NAME": "source",
+    "BadRowError": "errors",
+    "BatchProgress": "listener",
+    "ExactlyOnceKafkaSink": "foreach_batch",
+    "InputSchemaError": "errors",
+    "JobReport": "jobs",
+    "Kafka2pcDataSource": "source",
+    "MissingQueryIdentity": "errors",
+    "OptionError": "errors",
+    "SinkConfig": "options",
+    "SparkSinkError": "errors",
+    "TwopcProgressListener": "listener",
+    "parse_options": "options",
+    "register": "source",
+    "write_exactly_once": "jobs",
+}
 
 __all__ = [
     "NAME",
@@ -39,3 +69,16 @@ __all__ = [
     "register",
     "write_exactly_once",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'twopc.spark' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"twopc.spark.{home}"), name)
+    globals()[name] = value  # the next lookup is a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_HOMES})
