@@ -297,6 +297,14 @@ def split_batch(batch: Mapping[str, Any], lines: Sequence[Mapping[str, Any]],
         "task_max": max((v for v in new_tasks.values() if v is not None), default=None),
         "commit": cw.get("import_ms") if cw["pid"] not in seen else None,
     }
+    # The commit worker's wait for its process, its imports before the sink's module (pyspark's),
+    # and the rest up to streamWriter() (ours): to_commit's three parts.
+    if cw.get("process_start_ms") is not None and cw.get("sink_module_loaded_ms") is not None:
+        out["detail"]["to_commit_parts"] = {
+            "process_start": cw["process_start_ms"] - last_end,
+            "to_sink_module": cw["sink_module_loaded_ms"] - cw["process_start_ms"],
+            "sink_module_to_stream_writer": cw["start_ms"] - cw["sink_module_loaded_ms"],
+        }
     out["detail"]["new_python_processes"] = len({x["pid"] for x in mine} - seen)
     seen.update(x["pid"] for x in mine)
     return out

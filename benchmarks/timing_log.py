@@ -26,6 +26,22 @@ _COMMIT_RUNNER = "python_streaming_sink_runner.py"
 # What this process had loaded before the sink's module, and when that module started loading.
 _BASELINE_MODULES = frozenset(sys.modules)
 _LOADED_AT = time.perf_counter()
+_LOADED_AT_MS = time.time() * 1000
+
+
+def _process_start_ms() -> float | None:
+    """When this process began (fork or exec; epoch ms, to the kernel's 10 ms ticks): a worker's
+    wait for its process is then told from its own imports."""
+    try:
+        with open("/proc/self/stat") as stat:
+            fields = stat.read().rpartition(")")[2].split()
+        age_s = time.clock_gettime(time.CLOCK_BOOTTIME) - int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+    return time.time() * 1000 - age_s * 1000
+
+
+_PROCESS_START_MS = _process_start_ms()
 _import_ms: float | None = None
 _reported_modules = 0
 
@@ -56,7 +72,9 @@ def process_state() -> dict[str, Any]:
     for name in added:
         top = name.partition(".")[0]
         packages[top] = packages.get(top, 0) + 1
-    state: dict[str, Any] = {"import_ms": _import_ms, "modules_by_package": packages}
+    state: dict[str, Any] = {"import_ms": _import_ms, "modules_by_package": packages,
+                             "process_start_ms": _PROCESS_START_MS,
+                             "sink_module_loaded_ms": _LOADED_AT_MS}
     if len(added) != _reported_modules:
         state["modules"] = added
         _reported_modules = len(added)

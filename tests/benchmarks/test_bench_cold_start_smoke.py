@@ -55,6 +55,8 @@ def test_cold_start_benchmark_small(broker: KafkaUnderTest, tmp_path: Path) -> N
             for split in t["split_ms"]:
                 assert {"prepare", "to_first_task", "tasks", "to_commit", "commit"} <= set(split)
                 assert split["detail"]["committed_rows"] == ROWS
+                assert sum(split["detail"]["to_commit_parts"].values()) == \
+                    pytest.approx(split["to_commit"])
             assert set(t["roles"]) == {"planner", "task", "commit"}
     twopc = trials["twopc"]
     assert twopc["audit"]["passed"] is True and twopc["audit"]["summary"].startswith("PASS")
@@ -83,7 +85,8 @@ def test_split_adds_up_to_the_trigger() -> None:
         {"phase": "prepare", "for_commit": False, "start_ms": 1200.0, "end_ms": 1260.0, "pid": 1},
         {"phase": "task", "start_ms": 1400.0, "end_ms": 1500.0, "pid": 2, "rows": 5},
         {"phase": "task", "start_ms": 1410.0, "end_ms": 1550.0, "pid": 3, "rows": 5},
-        {"phase": "prepare", "for_commit": True, "start_ms": 1600.0, "end_ms": 1620.0, "pid": 4},
+        {"phase": "prepare", "for_commit": True, "start_ms": 1600.0, "end_ms": 1620.0, "pid": 4,
+         "process_start_ms": 1560.0, "sink_module_loaded_ms": 1585.0},
         {"phase": "commit", "start_ms": 1620.0, "end_ms": 1700.0, "pid": 4, "rows": 10},
         {"phase": "task", "start_ms": 2400.0, "end_ms": 2500.0, "pid": 2, "rows": 5},  # batch 1
     ]
@@ -93,6 +96,11 @@ def test_split_adds_up_to_the_trigger() -> None:
     assert pieces["query_start"] == 600.0 and pieces["tasks"] == 150.0
     assert sum(pieces.values()) == pytest.approx(600.0 + 900.0)
     assert split["detail"]["task_worker_processes"] == 2 and split["detail"]["committed_rows"] == 10
+    # The wait for the commit worker in three parts that add up to `to_commit`.
+    parts = split["detail"]["to_commit_parts"]
+    assert parts == {"process_start": 10.0, "to_sink_module": 25.0,
+                     "sink_module_to_stream_writer": 15.0}
+    assert sum(parts.values()) == pieces["to_commit"]
     jvm = split_batch(batch, [], began_ms=None)
     assert jvm == {"spark_before_add": 150.0, "add_batch": 700.0, "commit_offsets": 50.0}
 

@@ -55,7 +55,8 @@ async def describe_transactions(cluster: Cluster, ids: list[str]) -> dict[str, T
 
 async def open_among(cluster: Cluster, ids: list[str]) -> list[str]:
     """The ids among `ids` whose transaction is open (Ongoing), in `ids`' order: a batch pool's
-    hundreds of ids on the commit path, so no description is built for the others (~2 us each)."""
+    hundreds of ids on the commit path, so each answer is read for the state alone
+    (`decode_describe_states`: ~1 us an id, half the full decoder's) and no description is built."""
     described = await _described(cluster, ids, tm.decode_describe_states)
     return [tid for tid in ids
             if not described[tid][1].error_code and described[tid][1].state == _ONGOING]
