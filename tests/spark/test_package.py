@@ -4,14 +4,18 @@ driver side, and no process imports urllib.request unless it fetches an OAuth to
 
 from __future__ import annotations
 
+import ast
 import importlib
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 import twopc.spark
+
+INIT = Path(twopc.spark.__file__)
 
 # What a worker must not have imported after `twopc.spark.source` and the task's own modules.
 _DRIVER_ONLY = ("twopc.spark.foreach_batch", "twopc.spark.jobs", "twopc.spark.listener",
@@ -49,3 +53,24 @@ def test_an_unknown_name_is_an_attribute_error() -> None:
         twopc.spark.ExactlyOnce  # noqa: B018
     with pytest.raises(ImportError):
         from twopc.spark import ExactlyOnce  # type: ignore[attr-defined]  # noqa: F401
+
+
+def test_the_type_checkers_imports_are_the_homes() -> None:
+    """Type checkers see the names only through the TYPE_CHECKING imports (the lazy __getattr__
+    is hidden from them): a name in `_HOMES` without its import there would go unchecked."""
+    tree = ast.parse(INIT.read_text())
+    block = next(n for n in tree.body if isinstance(n, ast.If)
+                 and isinstance(n.test, ast.Name) and n.test.id == "TYPE_CHECKING")
+    seen = {alias.name: str(imp.module).rpartition(".")[2] for imp in block.body
+            if isinstance(imp, ast.ImportFrom) for alias in imp.names}
+    assert seen == twopc.spark._HOMES
+
+
+def test_the_packages_modules_are_attributes_as_before() -> None:
+    """`import twopc.spark` then `twopc.spark.errors.JournalError` (a documented error that is
+    not among the package's names) works as when the package imported every module."""
+    code = ("import twopc.spark, sys\n"
+            "assert 'twopc.spark.errors' not in sys.modules\n"
+            "print(twopc.spark.errors.JournalError.__name__, twopc.spark.driver.__name__)\n")
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    assert out.stdout.split() == ["JournalError", "twopc.spark.driver"]

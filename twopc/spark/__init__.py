@@ -16,7 +16,8 @@ coordinator behind them): benchmarks/README.md section 9.
 
 from __future__ import annotations
 
-import importlib
+import importlib as _importlib
+import pkgutil as _pkgutil
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -71,14 +72,21 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'twopc.spark' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"twopc.spark.{home}"), name)
-    globals()[name] = value  # the next lookup is a plain attribute
-    return value
+# The package's modules stay reachable as attributes too (`twopc.spark.errors.JournalError`
+# after `import twopc.spark`), as they were when the package imported them all.
+_MODULES = frozenset(m.name for m in _pkgutil.iter_modules(__path__))
 
+if not TYPE_CHECKING:  # so that type checkers see only the names above, not "any name is Any"
 
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_HOMES})
+    def __getattr__(name: str) -> Any:
+        if name in _MODULES:
+            return _importlib.import_module(f"twopc.spark.{name}")
+        home = _HOMES.get(name)
+        if home is None:
+            raise AttributeError(f"module 'twopc.spark' has no attribute {name!r}")
+        value = getattr(_importlib.import_module(f"twopc.spark.{home}"), name)
+        globals()[name] = value  # the next lookup is a plain attribute
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*__all__, *_MODULES, *(n for n in globals() if n.startswith("__"))})
