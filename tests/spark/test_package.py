@@ -22,12 +22,16 @@ _DRIVER_ONLY = ("twopc.spark.foreach_batch", "twopc.spark.jobs", "twopc.spark.li
                 "twopc.driver.coordinator", "twopc.driver.recovery", "urllib.request")
 
 
+def _python(code: str) -> str:
+    """What `code` prints in a fresh interpreter."""
+    return subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                          text=True).stdout
+
+
 def _imported_after(*modules: str) -> set[str]:
-    code = ("import importlib, json, sys\n"
-            f"for m in {list(modules)!r}: importlib.import_module(m)\n"
-            "print(json.dumps(sorted(sys.modules)))\n")
-    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
-    return set(json.loads(out.stdout))
+    return set(json.loads(_python("import importlib, json, sys\n"
+                                  f"for m in {list(modules)!r}: importlib.import_module(m)\n"
+                                  "print(json.dumps(sorted(sys.modules)))\n")))
 
 
 def test_an_executor_worker_imports_no_driver_side() -> None:
@@ -72,5 +76,4 @@ def test_the_packages_modules_are_attributes_as_before() -> None:
     code = ("import twopc.spark, sys\n"
             "assert 'twopc.spark.errors' not in sys.modules\n"
             "print(twopc.spark.errors.JournalError.__name__, twopc.spark.driver.__name__)\n")
-    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
-    assert out.stdout.split() == ["JournalError", "twopc.spark.driver"]
+    assert _python(code).split() == ["JournalError", "twopc.spark.driver"]

@@ -17,7 +17,6 @@ coordinator behind them): benchmarks/README.md section 9.
 from __future__ import annotations
 
 import importlib as _importlib
-import pkgutil as _pkgutil
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -72,21 +71,27 @@ __all__ = [
 ]
 
 
-# The package's modules stay reachable as attributes too (`twopc.spark.errors.JournalError`
-# after `import twopc.spark`), as they were when the package imported them all.
-_MODULES = frozenset(m.name for m in _pkgutil.iter_modules(__path__))
-
 if not TYPE_CHECKING:  # so that type checkers see only the names above, not "any name is Any"
 
     def __getattr__(name: str) -> Any:
-        if name in _MODULES:
-            return _importlib.import_module(f"twopc.spark.{name}")
         home = _HOMES.get(name)
-        if home is None:
-            raise AttributeError(f"module 'twopc.spark' has no attribute {name!r}")
-        value = getattr(_importlib.import_module(f"twopc.spark.{home}"), name)
-        globals()[name] = value  # the next lookup is a plain attribute
-        return value
+        if home is not None:
+            value = getattr(_importlib.import_module(f"twopc.spark.{home}"), name)
+            globals()[name] = value  # the next lookup is a plain attribute
+            return value
+        # The package's modules stay attributes too (`twopc.spark.errors.JournalError` after
+        # `import twopc.spark`), as when the package imported them all; found by importing,
+        # so that the package's own start reads no directory.
+        if not name.startswith("_"):
+            try:
+                return _importlib.import_module(f"twopc.spark.{name}")
+            except ModuleNotFoundError as missing:
+                if missing.name != f"twopc.spark.{name}":
+                    raise  # a module of ours that failed to import: not "no such attribute"
+        raise AttributeError(f"module 'twopc.spark' has no attribute {name!r}")
 
     def __dir__() -> list[str]:
-        return sorted({*__all__, *_MODULES, *(n for n in globals() if n.startswith("__"))})
+        import pkgutil
+
+        modules = (m.name for m in pkgutil.iter_modules(__path__))
+        return sorted({*__all__, *modules, *(n for n in globals() if n.startswith("__"))})
