@@ -27,7 +27,7 @@ def batch(pid: int = PID, epoch: int = EPOCH, base: int = OFF, attrs: int = 0x10
 
 def probe(**kw: object) -> FetchProbe:
     base = FetchProbe("t", 0, OFF, None, 200, 200, 0, (), batch())
-    return replace(base, **kw)  # type: ignore[arg-type]
+    return base._replace(**kw)  # type: ignore[arg-type]
 
 
 def test_table() -> None:

@@ -12,13 +12,14 @@ import bisect
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from twopc.control.record_batches import BatchHeader
 
 
-@dataclass(frozen=True)
-class FetchProbe:
-    """What a read_committed Fetch of one partition at one offset returned."""
+class FetchProbe(NamedTuple):
+    """What a read_committed Fetch of one partition at one offset returned. A tuple for its
+    cost: a log check builds one per span (`decide_spans`), on the control client's thread."""
 
     topic: str
     partition: int

@@ -8,7 +8,7 @@ Design: docs/design.md section 3.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from twopc.control.errors import ProtocolError
 
@@ -24,8 +24,11 @@ ATTR_TRANSACTIONAL = 0x10
 ATTR_CONTROL = 0x20
 
 
-@dataclass(frozen=True)
-class BatchHeader:
+class BatchHeader(NamedTuple):
+    """A batch's header fields. A tuple, not a dataclass: a log check builds one for every batch
+    a fetch returns (~80 per partition of a 64-transaction commit, on the control client's
+    thread while the commit waits), and a frozen dataclass costs four times as much to build."""
+
     base_offset: int
     batch_length: int
     partition_leader_epoch: int
@@ -57,16 +60,12 @@ class BatchHeader:
         return self.attributes & ATTR_COMPRESSION_MASK
 
     def encode(self) -> bytes:
-        return _HEADER.pack(
-            self.base_offset, self.batch_length, self.partition_leader_epoch, self.magic,
-            self.crc, self.attributes, self.last_offset_delta, self.base_timestamp,
-            self.max_timestamp, self.producer_id, self.producer_epoch, self.base_sequence,
-            self.records_count)
+        return _HEADER.pack(*self)
 
 
 def parse_header(records: bytes, pos: int = 0) -> BatchHeader:
     """The batch header at `pos`; ProtocolError unless it is a magic-2 batch of a sane length."""
-    header = BatchHeader(*_HEADER.unpack_from(records, pos))
+    header = BatchHeader._make(_HEADER.unpack_from(records, pos))
     if header.magic != 2:
         raise ProtocolError(
             f"record batch at offset {header.base_offset} has magic {header.magic}, not 2: "

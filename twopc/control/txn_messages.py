@@ -169,8 +169,9 @@ def decode_describe_states(version: int, r: Reader) -> list[TxnStateBrief]:
     """Each entry's error code, id and state (`decode_describe_transactions`, the rest skipped).
     A commit's sweep describes its batch's whole pool (513 ids for 64 partitions), decoded on the
     control client's thread while the commit's EndTxns wait for that thread: an entry of the
-    usual shape (strings under 127 bytes, no partitions, no tagged fields) is read in place here,
-    a few times faster than in full; any other takes the general path, same answer."""
+    usual shapes (strings under 127 bytes, no tagged fields, and no partitions or one topic's:
+    `_after_topics`) is read in place here, a few times faster than in full; any other takes the
+    general path, same answer."""
     r.int32()
     count = r.uvarint() - 1  # a compact array: the version is flexible from 0
     if count > r.remaining:
@@ -184,11 +185,12 @@ def decode_describe_states(version: int, r: Reader) -> list[TxnStateBrief]:
             at_state = pos + 2 + n_id  # where the state's length is, if the id's took one byte
             n_state = data[at_state] if 0 < n_id < 0x80 and at_state < end else 0
             tail = at_state + n_state + _ENTRY_FIXED.size  # the topics' count, then the tags'
-            if 0 < n_state < 0x80 and tail + 1 < end and data[tail] == 1 and data[tail + 1] == 0:
+            after = _after_topics(data, tail, end) if 0 < n_state < 0x80 else -1
+            if after >= 0:
                 out.append(TxnStateBrief(int.from_bytes(data[pos:pos + 2], "big", signed=True),
                                          str(data[pos + 3:at_state], "utf-8"),
                                          str(data[at_state + 1:at_state + n_state], "utf-8")))
-                r.pos = tail + 2
+                r.pos = after
                 continue
             error, tid, state = r.int16(), r.string(), r.string()
             r.fields(_ENTRY_FIXED)
@@ -199,6 +201,28 @@ def decode_describe_states(version: int, r: Reader) -> list[TxnStateBrief]:
         raise ProtocolError(f"string is not UTF-8: {exc}") from exc
     expect_end(r)
     return out
+
+
+def _after_topics(data: memoryview, at: int, end: int) -> int:
+    """Where an entry ends, read in place from its topics' count at `at`, for the shapes a pool
+    answers with: no topic (an id not open), or one topic of fewer than 127 partitions (an open
+    transaction of the batch, one per task), each with a one-byte name length and no tagged
+    fields; -1 for any other shape (the general path reads it)."""
+    if at + 1 >= end:
+        return -1
+    if data[at] == 1:  # no topic
+        return at + 2 if data[at + 1] == 0 else -1
+    if data[at] != 2:
+        return -1
+    n_name = data[at + 1]
+    if not 0 < n_name < 0x80 or at + 1 + n_name >= end:
+        return -1
+    str(data[at + 2:at + 1 + n_name], "utf-8")  # unread, yet refused as the general path does
+    n_parts = data[at + 1 + n_name] - 1
+    tags = at + 2 + n_name + 4 * n_parts  # the topic's tagged fields, then the entry's
+    if not 0 <= n_parts < 0x7f or tags + 1 >= end or data[tags] != 0 or data[tags + 1] != 0:
+        return -1
+    return tags + 2
 
 
 def _skip_topic(t: Reader) -> None:
