@@ -260,8 +260,8 @@ def test_a_fetch_of_many_partitions_groups_them_by_topic(version: int) -> None:
 def test_describe_states_of_open_transactions_at_the_one_byte_bounds(partitions: int,
                                                                      topics: int) -> None:
     """An open transaction's entry (one topic, its partitions) is read in place while its counts
-    take one byte; past that (126 partitions: a compact count of 127; more topics), the general
-    path: the same answer either way, and an error wherever the answer is cut."""
+    take one byte; past that (127 partitions: a compact count of 128, two bytes; a second topic),
+    the general path: the same answer either way, and an error wherever the answer is cut."""
     def topic(w: Writer, name: str) -> None:
         w.string(name).array(list(range(partitions)), Writer.int32).tags()
 
