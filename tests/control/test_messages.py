@@ -255,6 +255,19 @@ def test_a_fetch_of_many_partitions_groups_them_by_topic(version: int) -> None:
         (a, 0, 5), (b, 2, 6)]
 
 
+def _open_transactions_answer(ids: list[str], topics: list[str], partitions: int) -> bytes:
+    """A DescribeTransactions answer naming `ids`, each Ongoing in `partitions` partitions of
+    each of `topics`."""
+    def topic(w: Writer, name: str) -> None:
+        w.string(name).array(list(range(partitions)), Writer.int32).tags()
+
+    def entry(w: Writer, tid: str) -> None:
+        (w.int16(0).string(tid).string("Ongoing").int32(9).int64(8).int64(7).int16(6)
+         .array(topics, topic).tags())
+
+    return Writer(True).int32(0).array(ids, entry).tags().getvalue()
+
+
 @pytest.mark.parametrize("partitions", [0, 1, 8, 125, 126, 127, 200])
 @pytest.mark.parametrize("topics", [1, 2])
 def test_describe_states_of_open_transactions_at_the_one_byte_bounds(partitions: int,
@@ -262,15 +275,8 @@ def test_describe_states_of_open_transactions_at_the_one_byte_bounds(partitions:
     """An open transaction's entry (one topic, its partitions) is read in place while its counts
     take one byte; past that (127 partitions: a compact count of 128, two bytes; a second topic),
     the general path: the same answer either way, and an error wherever the answer is cut."""
-    def topic(w: Writer, name: str) -> None:
-        w.string(name).array(list(range(partitions)), Writer.int32).tags()
-
-    def entry(w: Writer, tid: str) -> None:
-        (w.int16(0).string(tid).string("Ongoing").int32(9).int64(8).int64(7).int16(6)
-         .array([f"topic-{k}" for k in range(topics)], topic).tags())
-
     ids = [f"pool-{i}" for i in range(3)]
-    raw = Writer(True).int32(0).array(ids, entry).tags().getvalue()
+    raw = _open_transactions_answer(ids, [f"topic-{k}" for k in range(topics)], partitions)
     assert tm.decode_describe_states(0, Reader(raw, True)) == [(0, t, "Ongoing") for t in ids]
     for cut in range(len(raw)):
         with pytest.raises(ProtocolError):
@@ -279,14 +285,7 @@ def test_describe_states_of_open_transactions_at_the_one_byte_bounds(partitions:
 
 def test_describe_states_refuses_a_topic_name_that_is_not_utf8() -> None:
     """Unread by the sweep, yet refused on the fast path as on the general one."""
-    def topic(w: Writer, name: str) -> None:
-        w.string(name).array([0, 1], Writer.int32).tags()
-
-    def entry(w: Writer, tid: str) -> None:
-        (w.int16(0).string(tid).string("Ongoing").int32(9).int64(8).int64(7).int16(6)
-         .array(["topic-X"], topic).tags())
-
-    raw = Writer(True).int32(0).array(["pool-0"], entry).tags().getvalue()
+    raw = _open_transactions_answer(["pool-0"], ["topic-X"], 2)
     assert tm.decode_describe_states(0, Reader(raw, True)) == [(0, "pool-0", "Ongoing")]
     with pytest.raises(ProtocolError):
         tm.decode_describe_states(0, Reader(raw.replace(b"topic-X", b"topic-\xff"), True))
